@@ -1,0 +1,224 @@
+// Package auth is the one authentication layer of every Ferry service:
+// `Authorization: Bearer <key>` resolves to a tenant (API key) or to the
+// operator (admin key). Keys are random, shown once and stored as SHA-256
+// hashes; lookups go to the shared tenants/api_keys tables through a short
+// cache, so a new or revoked key takes effect everywhere within seconds.
+package auth
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/ferryhq/ferry/events/schema"
+	"github.com/ferryhq/ferry/platform/httpx"
+	"github.com/ferryhq/ferry/platform/pgstore"
+
+	"embed"
+)
+
+//go:embed migrations/*.sql
+var migrations embed.FS
+
+// Migrate creates the tenants and api_keys tables.
+func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
+	sub, err := fs.Sub(migrations, "migrations")
+	if err != nil {
+		return err
+	}
+	return pgstore.Migrate(ctx, pool, "auth", sub)
+}
+
+// Principal is who is calling.
+type Principal struct {
+	// TenantID is the tenant the call acts for. An admin may act for a
+	// tenant by sending the Ferry-Tenant header.
+	TenantID string
+	// KeyID identifies the API key (never the key itself); it is the actor
+	// recorded in events and audit rows. "admin" for the admin key.
+	KeyID string
+	Admin bool
+}
+
+type ctxKey struct{}
+
+// FromContext returns the caller set by Middleware.
+func FromContext(ctx context.Context) (Principal, bool) {
+	p, ok := ctx.Value(ctxKey{}).(Principal)
+	return p, ok
+}
+
+// WithPrincipal returns ctx carrying p (for tests and internal calls).
+func WithPrincipal(ctx context.Context, p Principal) context.Context {
+	return context.WithValue(ctx, ctxKey{}, p)
+}
+
+// keyPrefix marks Ferry API keys so they are recognisable in secret scanners.
+const keyPrefix = "fry_"
+
+// NewKey returns a fresh random API key and its hash.
+func NewKey() (plain string, hash []byte) {
+	b := make([]byte, 32)
+	_, _ = rand.Read(b)
+	plain = keyPrefix + base64.RawURLEncoding.EncodeToString(b)
+	return plain, HashKey(plain)
+}
+
+// HashKey is how keys are stored: SHA-256. Keys carry 256 random bits, so a
+// plain hash is safe (no password stretching needed) and allows an indexed
+// lookup.
+func HashKey(plain string) []byte {
+	h := sha256.Sum256([]byte(plain))
+	return h[:]
+}
+
+// KeyStore resolves key hashes through the api_keys table with a short
+// cache. Positive entries live for TTL, so revocation is seen within TTL.
+type KeyStore struct {
+	pool *pgxpool.Pool
+	ttl  time.Duration
+	now  func() time.Time
+
+	mu    sync.Mutex
+	cache map[string]cachedKey
+}
+
+type cachedKey struct {
+	p       Principal
+	found   bool
+	expires time.Time
+}
+
+// NewKeyStore returns a store over pool. ttl defaults to 2s.
+func NewKeyStore(pool *pgxpool.Pool, ttl time.Duration) *KeyStore {
+	if ttl <= 0 {
+		ttl = 2 * time.Second
+	}
+	return &KeyStore{pool: pool, ttl: ttl, now: time.Now, cache: map[string]cachedKey{}}
+}
+
+// ErrUnknownKey is returned for keys that do not exist, are revoked, or
+// belong to a disabled tenant.
+var ErrUnknownKey = errors.New("auth: unknown or revoked key")
+
+// Resolve returns the principal of a plain key.
+func (s *KeyStore) Resolve(ctx context.Context, plain string) (Principal, error) {
+	hash := HashKey(plain)
+	k := string(hash)
+	now := s.now()
+	s.mu.Lock()
+	c, ok := s.cache[k]
+	s.mu.Unlock()
+	if ok && now.Before(c.expires) {
+		if !c.found {
+			return Principal{}, ErrUnknownKey
+		}
+		return c.p, nil
+	}
+	var p Principal
+	err := s.pool.QueryRow(ctx, `
+		SELECT k.id, k.tenant_id FROM api_keys k JOIN tenants t ON t.id = k.tenant_id
+		WHERE k.key_hash = $1 AND k.revoked_at IS NULL AND t.disabled_at IS NULL`, hash).Scan(&p.KeyID, &p.TenantID)
+	found := err == nil
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return Principal{}, fmt.Errorf("auth: lookup key: %w", err)
+	}
+	s.mu.Lock()
+	if len(s.cache) > 100_000 {
+		s.cache = map[string]cachedKey{} // bound memory against key-guessing floods
+	}
+	s.cache[k] = cachedKey{p: p, found: found, expires: now.Add(s.ttl)}
+	s.mu.Unlock()
+	if !found {
+		return Principal{}, ErrUnknownKey
+	}
+	return p, nil
+}
+
+// TenantHeader lets the admin key act for one tenant.
+const TenantHeader = "Ferry-Tenant"
+
+// Middleware authenticates every request. The admin key is compared in
+// constant time; an empty admin key disables admin access.
+func Middleware(keys *KeyStore, adminKey string) func(http.Handler) http.Handler {
+	admin := []byte(adminKey)
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			plain, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+			plain = strings.TrimSpace(plain)
+			if !ok || plain == "" {
+				httpx.WriteError(w, r, httpx.ErrUnauthorized)
+				return
+			}
+			var p Principal
+			if len(admin) > 0 && subtle.ConstantTimeCompare([]byte(plain), admin) == 1 {
+				p = Principal{Admin: true, KeyID: "admin", TenantID: r.Header.Get(TenantHeader)}
+			} else {
+				var err error
+				if p, err = keys.Resolve(r.Context(), plain); err != nil {
+					if !errors.Is(err, ErrUnknownKey) {
+						httpx.WriteError(w, r, err)
+						return
+					}
+					httpx.WriteError(w, r, httpx.ErrUnauthorized)
+					return
+				}
+			}
+			next.ServeHTTP(w, r.WithContext(WithPrincipal(r.Context(), p)))
+		})
+	}
+}
+
+// RequireTenant rejects callers that do not act for a tenant (an admin
+// without the Ferry-Tenant header).
+func RequireTenant(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if p, _ := FromContext(r.Context()); p.TenantID == "" {
+			httpx.WriteError(w, r, httpx.Errorf(http.StatusBadRequest, "tenant_required",
+				"the admin key must name a tenant with the %s header on this route", TenantHeader))
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// RequireAdmin rejects callers other than the operator.
+func RequireAdmin(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if p, _ := FromContext(r.Context()); !p.Admin {
+			httpx.WriteError(w, r, httpx.ErrForbidden)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// EnsureTenant creates tenant id if missing and registers plainKey for it if
+// that key is not known yet. `ferry dev` uses it to bootstrap the default
+// tenant with a stable key.
+func EnsureTenant(ctx context.Context, pool *pgxpool.Pool, id, name, plainKey string) error {
+	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `INSERT INTO tenants (id, name) VALUES ($1, $2) ON CONFLICT (id) DO NOTHING`, id, name); err != nil {
+			return err
+		}
+		hash := HashKey(plainKey)
+		_, err := tx.Exec(ctx, `INSERT INTO api_keys (id, tenant_id, key_hash, prefix) VALUES ($1, $2, $3, $4)
+			ON CONFLICT (key_hash) DO NOTHING`, NewKeyID(), id, hash, plainKey[:min(len(plainKey), 8)])
+		return err
+	})
+}
+
+// NewKeyID returns an id for an API key row.
+func NewKeyID() string { return "key_" + strings.ReplaceAll(schema.NewEventID(), "-", "") }

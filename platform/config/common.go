@@ -1,0 +1,80 @@
+package config
+
+import (
+	"errors"
+	"log/slog"
+	"net/netip"
+	"time"
+)
+
+// Common is the configuration every Ferry service shares.
+type Common struct {
+	// HTTPAddr is where the HTTP server listens. Defaults to 127.0.0.1:8080.
+	HTTPAddr string
+	// KafkaBrokers are the seed brokers.
+	KafkaBrokers []string
+	// TopicPrefix prefixes every topic. Defaults to "ferry.".
+	TopicPrefix string
+	// TopicPartitions is the partition count of topics Ferry creates. Defaults to 8.
+	TopicPartitions int
+	// TopicRetention is the retention of topics Ferry creates. Defaults to 168h.
+	TopicRetention time.Duration
+	// KafkaLinger is the producer linger. Defaults to 0.
+	KafkaLinger time.Duration
+	// PostgresURL and RedisURL locate the stores.
+	PostgresURL string
+	// PostgresMaxConns bounds each pool. Defaults to 16.
+	PostgresMaxConns int
+	RedisURL         string
+	// AdminKey authorises operator routes; empty disables them.
+	AdminKey string
+	// OutboundAllow are CIDRs outbound HTTP may reach despite the SSRF guard.
+	OutboundAllow []netip.Prefix
+	// LogLevel is the minimum slog level. Defaults to info.
+	LogLevel slog.Level
+	// ShutdownTimeout bounds a graceful stop. Defaults to 30s.
+	ShutdownTimeout time.Duration
+	// OTLPEndpoint, when set, receives traces over OTLP/gRPC.
+	OTLPEndpoint string
+	// ServiceName overrides the OpenTelemetry service name.
+	ServiceName string
+}
+
+// LoadCommon reads the shared settings.
+func LoadCommon(l *Loader) Common {
+	c := Common{
+		HTTPAddr:         l.String("FERRY_HTTP_ADDR"),
+		KafkaBrokers:     l.List("FERRY_KAFKA_BROKERS"),
+		TopicPrefix:      l.String("FERRY_TOPIC_PREFIX"),
+		TopicPartitions:  l.Int("FERRY_TOPIC_PARTITIONS"),
+		TopicRetention:   l.Duration("FERRY_TOPIC_RETENTION"),
+		KafkaLinger:      l.Duration("FERRY_KAFKA_LINGER"),
+		PostgresURL:      l.String("FERRY_POSTGRES_URL"),
+		PostgresMaxConns: l.Int("FERRY_POSTGRES_MAX_CONNS"),
+		RedisURL:         l.String("FERRY_REDIS_URL"),
+		AdminKey:         l.String("FERRY_ADMIN_KEY"),
+		OutboundAllow:    l.Prefixes("FERRY_OUTBOUND_ALLOW"),
+		ShutdownTimeout:  l.Duration("FERRY_SHUTDOWN_TIMEOUT"),
+		OTLPEndpoint:     l.String("OTEL_EXPORTER_OTLP_ENDPOINT"),
+		ServiceName:      l.String("OTEL_SERVICE_NAME"),
+	}
+	if err := c.LogLevel.UnmarshalText([]byte(l.String("FERRY_LOG_LEVEL"))); err != nil {
+		l.errs = append(l.errs, errors.New("FERRY_LOG_LEVEL: use debug, info, warn or error"))
+	}
+	return c
+}
+
+// Validate reports settings that cannot work.
+func (c Common) Validate() error {
+	var errs []error
+	if len(c.KafkaBrokers) == 0 {
+		errs = append(errs, errors.New("FERRY_KAFKA_BROKERS is empty"))
+	}
+	if c.TopicPartitions < 1 {
+		errs = append(errs, errors.New("FERRY_TOPIC_PARTITIONS must be ≥ 1"))
+	}
+	if c.PostgresMaxConns < 1 {
+		errs = append(errs, errors.New("FERRY_POSTGRES_MAX_CONNS must be ≥ 1"))
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,68 @@
+// Package config reads Ferry's settings from environment variables.
+//
+// Every variable any Ferry process reads is declared once in [Vars], with
+// its default and a sentence of documentation; docs/configuration.md and the
+// compose files are checked against this table. main reads the environment
+// once through a [Loader] and passes typed config structs down.
+package config
+
+// Var is one environment variable Ferry understands.
+type Var struct {
+	Name    string
+	Default string
+	Doc     string
+}
+
+// Vars is every environment variable Ferry reads. Defaults are the ones
+// `ferry dev` uses.
+var Vars = []Var{
+	// Shared by every service.
+	{"FERRY_HTTP_ADDR", "127.0.0.1:8080", "Address the HTTP server listens on (the single front door in `ferry dev`)."},
+	{"FERRY_KAFKA_BROKERS", "127.0.0.1:9092", "Comma-separated Kafka seed brokers. Unset in `ferry dev`: an embedded broker is started."},
+	{"FERRY_TOPIC_PREFIX", "ferry.", "Prefix of every topic name."},
+	{"FERRY_TOPIC_PARTITIONS", "8", "Partitions per topic when Ferry creates its topics."},
+	{"FERRY_TOPIC_RETENTION", "168h", "Retention of lifecycle and dispatch topics when Ferry creates them."},
+	{"FERRY_KAFKA_LINGER", "0s", "Producer linger. 0 sends as soon as possible; batches still form under load while requests are in flight."},
+	{"FERRY_POSTGRES_URL", "", "Postgres connection URL. Unset in `ferry dev`: a local Postgres is started under FERRY_DATA_DIR."},
+	{"FERRY_POSTGRES_MAX_CONNS", "16", "Maximum connections in each service's Postgres pool."},
+	{"FERRY_REDIS_URL", "", "Redis URL. Unset in `ferry dev`: a local Redis is started under FERRY_DATA_DIR."},
+	{"FERRY_DATA_DIR", ".ferry", "Where `ferry dev` keeps Kafka, Postgres and Redis data."},
+	{"FERRY_ADMIN_KEY", "", "Bearer key for operator routes. Generated and printed by `ferry dev` when unset; required elsewhere for admin routes."},
+	{"FERRY_DEV_API_KEY", "", "API key of the `default` tenant that `ferry dev` bootstraps. Generated, printed and written to FERRY_DATA_DIR/dev-api-key when unset."},
+	{"FERRY_OUTBOUND_ALLOW", "", "Comma-separated CIDRs the `http` handler and webhooks may reach despite the SSRF guard. `ferry dev` defaults to 127.0.0.0/8."},
+	{"FERRY_LOG_LEVEL", "info", "Log level: debug, info, warn or error."},
+	{"FERRY_SHUTDOWN_TIMEOUT", "30s", "How long a service may take to stop after SIGTERM."},
+	{"OTEL_EXPORTER_OTLP_ENDPOINT", "", "OTLP/gRPC endpoint for traces. Unset: traces are kept in-process only (trace ids still propagate)."},
+	{"OTEL_SERVICE_NAME", "", "Overrides the service name reported to OpenTelemetry."},
+
+	// `ferry dev` only.
+	{"FERRY_DEV_POSTGRES_PORT", "5433", "Port of the Postgres that `ferry dev` starts."},
+	{"FERRY_DEV_REDIS_PORT", "6380", "Port of the Redis that `ferry dev` starts."},
+	{"FERRY_DEV_KAFKA_ADDR", "127.0.0.1:9092", "Listen address of the embedded Kafka broker of `ferry dev`."},
+
+	// api.
+	{"FERRY_API_IDEMPOTENCY_TTL", "24h", "How long an Idempotency-Key is remembered in Redis (the status projection keeps it for the job's lifetime)."},
+	{"FERRY_API_MAX_PAYLOAD_BYTES", "262144", "Largest accepted job payload."},
+
+	// scheduler.
+	{"FERRY_SCHEDULER_LEASE", "30s", "Lease a dispatched job holds; started and progress events extend it."},
+	{"FERRY_SCHEDULER_PREFETCH", "16", "Dispatches allowed beyond the pool's free slots, so workers never idle between jobs."},
+	{"FERRY_SCHEDULER_TICK", "5ms", "How often the scheduler promotes due delayed jobs and checks leases when nothing else wakes it."},
+
+	// worker.
+	{"FERRY_WORKER_POOL", "short", "Pool this worker serves: short or long."},
+	{"FERRY_WORKER_CONCURRENCY", "64", "Handlers a worker runs at once."},
+	{"FERRY_WORKER_ID", "", "Stable worker id. Defaults to hostname-pid."},
+	{"FERRY_WORKER_GRACE", "25s", "On SIGTERM, how long running handlers may take to finish before their jobs are handed back."},
+	{"FERRY_WORKER_HEARTBEAT", "5s", "How often a running handler heartbeats (extends its lease)."},
+}
+
+// Lookup returns the declaration of name.
+func Lookup(name string) (Var, bool) {
+	for _, v := range Vars {
+		if v.Name == name {
+			return v, true
+		}
+	}
+	return Var{}, false
+}

@@ -1,0 +1,211 @@
+// Package service is the glue every Ferry service main shares: it reads the
+// environment once, sets up telemetry, opens the Kafka, Postgres and Redis
+// connections a service needs, serves its routes beside /healthz, /readyz
+// and /metrics, runs its background loops and stops all of it gracefully on
+// SIGINT/SIGTERM. `ferry dev` uses the same pieces to run every service in
+// one process.
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/ferryhq/ferry/events/schema"
+	"github.com/ferryhq/ferry/platform/auth"
+	"github.com/ferryhq/ferry/platform/config"
+	"github.com/ferryhq/ferry/platform/httpx"
+	"github.com/ferryhq/ferry/platform/kafkax"
+	"github.com/ferryhq/ferry/platform/pgstore"
+	"github.com/ferryhq/ferry/platform/projection"
+	"github.com/ferryhq/ferry/platform/redisx"
+	"github.com/ferryhq/ferry/platform/telemetry"
+)
+
+// Component is one service as its own main and `ferry dev` run it.
+type Component interface {
+	// Routes mounts the service's HTTP routes (under /v1) on r.
+	Routes(r chi.Router)
+	// Run runs the background loops until ctx is done, then stops them
+	// gracefully (finishing or handing back in-flight work, committing
+	// what was processed) and returns.
+	Run(ctx context.Context) error
+}
+
+// Needs says which connections a service uses.
+type Needs struct {
+	Postgres bool
+	Redis    bool
+	Kafka    bool
+}
+
+// Deps are a service's connections and shared settings. Fields a service
+// did not ask for are nil.
+type Deps struct {
+	Common   config.Common
+	Topics   schema.Topics
+	Logger   *slog.Logger
+	Postgres *pgxpool.Pool
+	Redis    *redis.Client
+	// Kafka is a durable producer (acks=all, idempotent). Consumers make
+	// their own clients with KafkaConfig and kafkax.Group.
+	Kafka *kgo.Client
+	// Keys resolves API keys (needs Postgres).
+	Keys *auth.KeyStore
+
+	closers []func()
+}
+
+// Open connects what needs asks for, applies the shared migrations
+// (tenants, keys, projection offsets) and creates Ferry's topics.
+func Open(ctx context.Context, c config.Common, logger *slog.Logger, needs Needs) (*Deps, error) {
+	d := &Deps{Common: c, Topics: schema.Topics{Prefix: c.TopicPrefix}, Logger: logger}
+	fail := func(err error) (*Deps, error) { d.Close(); return nil, err }
+	if needs.Postgres {
+		pool, err := pgstore.Open(ctx, c.PostgresURL, c.PostgresMaxConns)
+		if err != nil {
+			return fail(err)
+		}
+		d.Postgres = pool
+		d.closers = append(d.closers, pool.Close)
+		if err := auth.Migrate(ctx, pool); err != nil {
+			return fail(err)
+		}
+		if err := projection.Migrate(ctx, pool); err != nil {
+			return fail(err)
+		}
+		d.Keys = auth.NewKeyStore(pool, 0)
+	}
+	if needs.Redis {
+		rdb, err := redisx.Open(ctx, c.RedisURL)
+		if err != nil {
+			return fail(err)
+		}
+		d.Redis = rdb
+		d.closers = append(d.closers, func() { rdb.Close() })
+	}
+	if needs.Kafka {
+		cl, err := kafkax.NewClient(d.KafkaConfig("producer"))
+		if err != nil {
+			return fail(err)
+		}
+		d.Kafka = cl
+		d.closers = append(d.closers, cl.Close)
+		if err := kafkax.EnsureTopics(ctx, cl, kafkax.TopicSpec{
+			Names: d.Topics.All(), Partitions: int32(c.TopicPartitions), Retention: c.TopicRetention,
+		}); err != nil {
+			return fail(err)
+		}
+	}
+	return d, nil
+}
+
+// KafkaConfig returns the connection settings for a client named clientID.
+func (d *Deps) KafkaConfig(clientID string) kafkax.Config {
+	return kafkax.Config{Brokers: d.Common.KafkaBrokers, ClientID: "ferry-" + clientID, Linger: d.Common.KafkaLinger}
+}
+
+// Authenticate is the authentication middleware every service's routes use.
+func (d *Deps) Authenticate() func(http.Handler) http.Handler {
+	return auth.Middleware(d.Keys, d.Common.AdminKey)
+}
+
+// Checks are the readiness probes of the connections that are open.
+func (d *Deps) Checks() []httpx.Check {
+	var cs []httpx.Check
+	if d.Postgres != nil {
+		cs = append(cs, httpx.Check{Name: "postgres", Check: d.Postgres.Ping})
+	}
+	if d.Redis != nil {
+		cs = append(cs, httpx.Check{Name: "redis", Check: func(ctx context.Context) error { return d.Redis.Ping(ctx).Err() }})
+	}
+	if d.Kafka != nil {
+		cs = append(cs, httpx.Check{Name: "kafka", Check: func(ctx context.Context) error { return kafkax.Ping(ctx, d.Kafka) }})
+	}
+	return cs
+}
+
+// Close closes every connection, last opened first.
+func (d *Deps) Close() {
+	for i := len(d.closers) - 1; i >= 0; i-- {
+		d.closers[i]()
+	}
+	d.closers = nil
+}
+
+// Builder makes a service's Component from its connections, reading its
+// own settings from l.
+type Builder func(ctx context.Context, deps *Deps, l *config.Loader) (Component, error)
+
+// Main is the entire main function of a service binary.
+func Main(name string, needs Needs, build Builder) {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, name, needs, build); err != nil {
+		slog.Error("exiting", "service", name, "err", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, name string, needs Needs, build Builder) error {
+	l := config.NewLoader(nil)
+	common := config.LoadCommon(l)
+	if err := errors.Join(l.Err(), common.Validate()); err != nil {
+		return fmt.Errorf("configuration: %w", err)
+	}
+	tel, err := telemetry.Setup(ctx, telemetry.Options{Service: serviceName(name, common), LogLevel: common.LogLevel, OTLPEndpoint: common.OTLPEndpoint})
+	if err != nil {
+		return err
+	}
+	defer tel.Shutdown(context.WithoutCancel(ctx)) //nolint:errcheck
+	deps, err := Open(ctx, common, tel.Logger, needs)
+	if err != nil {
+		return err
+	}
+	defer deps.Close()
+	comp, err := build(ctx, deps, l)
+	if err != nil {
+		return err
+	}
+	if err := l.Err(); err != nil {
+		return fmt.Errorf("configuration: %w", err)
+	}
+	router := httpx.NewRouter(name, deps.Checks(), tel.Metrics)
+	comp.Routes(router)
+	return Serve(ctx, common, router, comp)
+}
+
+// Serve serves router on common.HTTPAddr and runs comp until ctx is done or
+// either fails, then stops both within common.ShutdownTimeout.
+func Serve(ctx context.Context, common config.Common, router http.Handler, comps ...Component) error {
+	ln, err := net.Listen("tcp", common.HTTPAddr)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", common.HTTPAddr, err)
+	}
+	slog.Info("listening", "addr", ln.Addr().String())
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return httpx.Serve(gctx, ln, router, common.ShutdownTimeout) })
+	for _, c := range comps {
+		g.Go(func() error { return c.Run(gctx) })
+	}
+	return g.Wait()
+}
+
+func serviceName(name string, c config.Common) string {
+	if c.ServiceName != "" {
+		return c.ServiceName
+	}
+	return "ferry-" + name
+}
