@@ -134,6 +134,11 @@ func DecodeMeta(r *kgo.Record) (Meta, error) {
 	if m.Time, err = time.Parse(time.RFC3339Nano, ts); err != nil {
 		return m, fmt.Errorf("%w: ce_time %q", ErrInvalidData, ts)
 	}
+	// NewRecordAt writes ce_time in UTC, which RFC 3339 can only do for
+	// years 0000–9999; refuse times it could not write back.
+	if y := m.Time.UTC().Year(); y < 0 || y > 9999 {
+		return m, fmt.Errorf("%w: ce_time %q is out of range", ErrInvalidData, ts)
+	}
 	return m, nil
 }
 
