@@ -1,0 +1,200 @@
+// Package api is Ferry's front door for jobs: submission (single and batch,
+// with Idempotency-Key), status, listing and cancellation, and the status
+// projection in Postgres those reads come from.
+//
+// # Submission
+//
+// A valid submission gets a job id (job_ + UUIDv7) and is produced as an
+// enqueued event (attempt 1) to ferry.jobs.enqueued with acks=all before the
+// 202 answer; a batch is one produce call. Delivery of jobs to handlers is
+// at least once.
+//
+// # Idempotency
+//
+// Idempotency-Key is checked first in Redis (ferry:idem:<tenant>:<key>) and,
+// when Redis has no entry, in the status projection, which keeps the key and
+// the request hash for the job's lifetime. A batch applies the header key K
+// to item i as "K#i"; an item may carry its own idempotency_key instead.
+//
+// # Status projection
+//
+// The service consumes every lifecycle topic (group ferry-api-status) and
+// folds each job's events into one row of table jobs with order-independent
+// rules (internal/status), committing Kafka offsets in the same transaction.
+package api
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/ferryhq/ferry/platform/auth"
+	"github.com/ferryhq/ferry/platform/config"
+	"github.com/ferryhq/ferry/platform/projection"
+	"github.com/ferryhq/ferry/platform/service"
+	"github.com/ferryhq/ferry/services/api/internal/idem"
+	"github.com/ferryhq/ferry/services/api/internal/store"
+)
+
+//go:embed openapi.json
+var openAPI []byte
+
+// OpenAPI returns the OpenAPI 3.1 document of Ferry's whole HTTP surface;
+// routes not served yet carry "x-ferry-status": "planned". The caller owns
+// the returned bytes.
+func OpenAPI() []byte { return append([]byte(nil), openAPI...) }
+
+// Config of the api service.
+type Config struct {
+	// IdempotencyTTL is how long Redis remembers an Idempotency-Key.
+	// Defaults to 24h.
+	IdempotencyTTL time.Duration
+	// SubmittedTTL is how long a just-submitted job is cached in Redis for
+	// reads that beat the projection. Defaults to 2m.
+	SubmittedTTL time.Duration
+	// MaxPayloadBytes bounds a job's payload. Defaults to 262144.
+	MaxPayloadBytes int
+	// MaxBatchBytes bounds the body of POST /v1/jobs/batch. Defaults to 32 MiB.
+	MaxBatchBytes int64
+	// MaxBatchJobs bounds the jobs of one batch. Defaults to 1000.
+	MaxBatchJobs int
+	// ProjectionBatch bounds the records applied per projection
+	// transaction. Defaults to 2000.
+	ProjectionBatch int
+	// Now is the clock. Defaults to time.Now.
+	Now func() time.Time
+}
+
+// WithDefaults returns c with zero fields set to their defaults.
+func (c Config) WithDefaults() Config {
+	if c.IdempotencyTTL == 0 {
+		c.IdempotencyTTL = 24 * time.Hour
+	}
+	if c.SubmittedTTL == 0 {
+		c.SubmittedTTL = 2 * time.Minute
+	}
+	if c.MaxPayloadBytes == 0 {
+		c.MaxPayloadBytes = 262144
+	}
+	if c.MaxBatchBytes == 0 {
+		c.MaxBatchBytes = 32 << 20
+	}
+	if c.MaxBatchJobs == 0 {
+		c.MaxBatchJobs = 1000
+	}
+	if c.ProjectionBatch == 0 {
+		c.ProjectionBatch = 2000
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c
+}
+
+// Validate reports settings that cannot work.
+func (c Config) Validate() error {
+	var errs []error
+	if c.IdempotencyTTL < time.Minute {
+		errs = append(errs, errors.New("FERRY_API_IDEMPOTENCY_TTL must be at least 1m"))
+	}
+	if c.SubmittedTTL <= 0 {
+		errs = append(errs, errors.New("api: SubmittedTTL must be positive"))
+	}
+	if c.MaxPayloadBytes < 1 {
+		errs = append(errs, errors.New("FERRY_API_MAX_PAYLOAD_BYTES must be positive"))
+	}
+	if c.MaxBatchBytes < int64(c.MaxPayloadBytes) {
+		errs = append(errs, errors.New("api: MaxBatchBytes must be at least MaxPayloadBytes"))
+	}
+	if c.MaxBatchJobs < 1 || c.ProjectionBatch < 1 {
+		errs = append(errs, errors.New("api: MaxBatchJobs and ProjectionBatch must be positive"))
+	}
+	return errors.Join(errs...)
+}
+
+// LoadConfig reads the api's settings.
+func LoadConfig(l *config.Loader) Config {
+	return Config{
+		IdempotencyTTL:  l.Duration("FERRY_API_IDEMPOTENCY_TTL"),
+		MaxPayloadBytes: l.Int("FERRY_API_MAX_PAYLOAD_BYTES"),
+	}
+}
+
+// Needs are the connections the api uses.
+var Needs = service.Needs{Postgres: true, Redis: true, Kafka: true}
+
+// Build is the api's service.Builder.
+func Build(ctx context.Context, deps *service.Deps, l *config.Loader) (service.Component, error) {
+	return New(deps, LoadConfig(l))
+}
+
+// Service is the api service.
+type Service struct {
+	deps  *service.Deps
+	cfg   Config
+	log   *slog.Logger
+	store *store.Store
+	idem  *idem.Store
+}
+
+var _ service.Component = (*Service)(nil)
+
+// New returns the api over deps (which must hold Postgres, Redis and
+// Kafka), applying its migrations.
+func New(deps *service.Deps, cfg Config) (*Service, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if deps.Postgres == nil || deps.Redis == nil || deps.Kafka == nil {
+		return nil, errors.New("api: needs Postgres, Redis and Kafka")
+	}
+	log := deps.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	log = log.With("service", "api")
+	if err := store.Migrate(context.Background(), deps.Postgres); err != nil {
+		return nil, fmt.Errorf("api: %w", err)
+	}
+	return &Service{
+		deps:  deps,
+		cfg:   cfg,
+		log:   log,
+		store: store.New(deps.Postgres, log),
+		idem:  idem.New(deps.Redis, cfg.IdempotencyTTL, cfg.SubmittedTTL),
+	}, nil
+}
+
+// Routes registers the api's routes with their full paths.
+func (s *Service) Routes(r chi.Router) {
+	r.Get("/v1/openapi.json", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(openAPI)
+	})
+	r.Group(func(r chi.Router) {
+		r.Use(s.deps.Authenticate(), auth.RequireTenant)
+		r.Post("/v1/jobs", s.handleSubmit)
+		r.Post("/v1/jobs/batch", s.handleBatch)
+		r.Get("/v1/jobs", s.handleList)
+		r.Get("/v1/jobs/{id}", s.handleGet)
+		r.Post("/v1/jobs/{id}/cancel", s.handleCancel)
+	})
+}
+
+// Run runs the status projection until ctx is done.
+func (s *Service) Run(ctx context.Context) error {
+	return projection.Run(ctx, s.deps.Postgres, projection.Config{
+		Group:    "ferry-api-status",
+		Topics:   s.deps.Topics.LifecycleTopics(),
+		Kafka:    s.deps.KafkaConfig("api-status"),
+		MaxBatch: s.cfg.ProjectionBatch,
+		Logger:   s.log,
+	}, s.store.Apply)
+}

@@ -1,0 +1,258 @@
+// Package status holds the merge rules of the job status projection: how the
+// lifecycle events of one job, delivered in any order, any number of times,
+// fold into one row. It is pure domain code; the store package loads and
+// writes rows around it.
+//
+// Every field is kept by a rule that does not depend on arrival order:
+//
+//   - the position (attempt, phase) only moves forward (schema.Position.Advances);
+//   - the job's specification (type, queue, payload, …, trace id, idempotency
+//     key) comes from the enqueued event with the lowest attempt;
+//   - scheduled_for comes from the enqueued event with the highest attempt;
+//   - the run (started_at, worker_id) from the highest (attempt, started_at);
+//   - progress from the highest (attempt, event time);
+//   - the last error from the highest (attempt, dead-letter over failure);
+//   - finished_at and result from the terminal event the position rests on.
+package status
+
+import (
+	"encoding/json"
+	"reflect"
+	"strings"
+	"time"
+
+	"github.com/ferryhq/ferry/events/schema"
+)
+
+// Row is one job of the status projection.
+type Row struct {
+	TenantID string
+	ID       string
+
+	// Specification, from the enqueued event of SpecAttempt (0: none seen yet).
+	SpecAttempt    int
+	Type           string
+	Queue          string
+	Priority       int
+	MaxAttempts    int
+	Payload        json.RawMessage
+	Tags           []string
+	Pool           string
+	TraceID        string
+	RedrivenFrom   string
+	IdempotencyKey string
+	RequestHash    string
+	// CreatedAt is the submission time; until the enqueued event is seen,
+	// the earliest event time of the job.
+	CreatedAt time.Time
+
+	// EnqAttempt is the highest attempt an enqueued event was seen for;
+	// ScheduledFor is its run_at and Delayed whether run_at lay after the
+	// event's time (a delay or a backoff).
+	EnqAttempt   int
+	ScheduledFor *time.Time
+	Delayed      bool
+
+	// Pos is where the job is.
+	Pos schema.Position
+
+	// Run is the latest run seen: RunAttempt, StartedAt, WorkerID.
+	RunAttempt int
+	StartedAt  *time.Time
+	WorkerID   string
+
+	FinishedAt *time.Time
+	Result     json.RawMessage
+
+	// Progress of the latest report: ProgressAttempt, ProgressAt.
+	ProgressAttempt int
+	ProgressAt      *time.Time
+	ProgressPercent *float64
+	ProgressMessage string
+
+	// ErrorRank orders error reports: 2·attempt, +1 for a dead-letter.
+	ErrorRank        int
+	LastErrorClass   string
+	LastErrorMessage string
+}
+
+// Status is the stored status of the row: the status at its position, with
+// an enqueued attempt shown as scheduled while it waits for a delay or a
+// backoff. Readers turn a scheduled row whose ScheduledFor has passed into
+// queued (see Effective).
+func (r *Row) Status() schema.Status {
+	return r.Pos.Status(r.Delayed && r.Pos.Attempt == r.EnqAttempt)
+}
+
+// Effective is the status as of now.
+func (r *Row) Effective(now time.Time) schema.Status {
+	s := r.Status()
+	if s == schema.StatusScheduled && r.Pos.Phase == schema.PhaseEnqueued && r.ScheduledFor != nil && !r.ScheduledFor.After(now) {
+		return schema.StatusQueued
+	}
+	return s
+}
+
+// Apply folds ev into r. r.TenantID and r.ID are set from the event when
+// empty. Events of other record types (dispatch, worker status) are ignored.
+// Apply reports whether the row changed.
+func Apply(r *Row, ev schema.Event) bool {
+	lc, ok := ev.Data.(schema.Lifecycle)
+	if !ok {
+		return false
+	}
+	before := r.clone()
+	ref := lc.Ref()
+	if r.ID == "" {
+		r.ID, r.TenantID = ref.JobID, ref.TenantID
+	}
+	if t := ts(ev.Time); r.SpecAttempt == 0 && !t.IsZero() && (r.CreatedAt.IsZero() || t.Before(r.CreatedAt)) {
+		r.CreatedAt = t
+	}
+	pos := schema.PositionOf(lc.EventType(), ref.Attempt)
+	advances := pos.Advances(r.Pos)
+	if advances {
+		r.Pos = pos
+		r.FinishedAt, r.Result = nil, nil
+	}
+	switch e := lc.(type) {
+	case schema.Enqueued:
+		applyEnqueued(r, e, ev.Meta)
+	case schema.Started:
+		applyRun(r, e.Attempt, &e.StartedAt, e.WorkerID)
+	case schema.Progress:
+		applyRun(r, e.Attempt, nil, e.WorkerID)
+		at := ts(e.At)
+		if e.Attempt > r.ProgressAttempt || (e.Attempt == r.ProgressAttempt && (r.ProgressAt == nil || at.After(*r.ProgressAt))) {
+			p := e.Percent
+			r.ProgressAttempt, r.ProgressAt, r.ProgressPercent, r.ProgressMessage = e.Attempt, &at, &p, e.Message
+		}
+	case schema.Completed:
+		applyRun(r, e.Attempt, &e.StartedAt, e.WorkerID)
+		if advances {
+			r.FinishedAt, r.Result = utcPtr(e.FinishedAt), cloneRaw(e.Result)
+		}
+	case schema.Failed:
+		applyRun(r, e.Attempt, &e.StartedAt, e.WorkerID)
+		applyError(r, 2*e.Attempt, e.Error)
+	case schema.DeadLettered:
+		applySpec(r, e.Attempt, e.Job, e.CreatedAt, "", "", "", e.RedrivenFrom)
+		applyError(r, 2*e.Attempt+1, e.Error)
+		if advances {
+			r.FinishedAt = utcPtr(e.DeadAt)
+		}
+	case schema.Cancelled:
+		if advances {
+			r.FinishedAt = utcPtr(e.At)
+		}
+	}
+	return !before.equal(r)
+}
+
+func applyEnqueued(r *Row, e schema.Enqueued, m schema.Meta) {
+	applySpec(r, e.Attempt, e.Job, e.CreatedAt, TraceID(m.TraceParent), e.IdempotencyKey, e.RequestHash, e.RedrivenFrom)
+	if e.Attempt >= r.EnqAttempt {
+		at := ts(e.RunAt)
+		r.EnqAttempt, r.ScheduledFor = e.Attempt, &at
+		r.Delayed = !m.Time.IsZero() && at.After(m.Time)
+	}
+}
+
+// applySpec takes the specification of the event with the lowest attempt.
+// A dead-letter event carries the specification too (but no trace or
+// idempotency data), so it fills a row whose enqueued events are missing;
+// an enqueued event of the same attempt replaces it.
+func applySpec(r *Row, attempt int, spec schema.JobSpec, createdAt time.Time, traceID, idemKey, reqHash, redrivenFrom string) {
+	full := idemKey != "" || reqHash != "" || traceID != ""
+	switch {
+	case r.SpecAttempt == 0, attempt < r.SpecAttempt:
+	case attempt == r.SpecAttempt && full && r.TraceID == "" && r.IdempotencyKey == "" && r.RequestHash == "":
+	default:
+		return
+	}
+	r.SpecAttempt = attempt
+	r.Type, r.Queue, r.Priority, r.MaxAttempts = spec.Type, spec.Queue, spec.Priority, spec.MaxAttempts
+	r.Payload, r.Tags, r.Pool = cloneRaw(spec.Payload), append([]string(nil), spec.Tags...), spec.Pool
+	r.TraceID, r.IdempotencyKey, r.RequestHash, r.RedrivenFrom = traceID, idemKey, reqHash, redrivenFrom
+	if !createdAt.IsZero() {
+		r.CreatedAt = ts(createdAt)
+	}
+}
+
+// applyRun keeps the run with the highest (attempt, started_at, worker_id).
+func applyRun(r *Row, attempt int, startedAt *time.Time, workerID string) {
+	var st *time.Time
+	if startedAt != nil && !startedAt.IsZero() {
+		st = utcPtr(*startedAt)
+	}
+	switch {
+	case attempt > r.RunAttempt:
+	case attempt < r.RunAttempt:
+		return
+	case st != nil && (r.StartedAt == nil || st.After(*r.StartedAt)):
+	case timeEq(st, r.StartedAt) && workerID > r.WorkerID:
+	default:
+		return
+	}
+	r.RunAttempt, r.StartedAt, r.WorkerID = attempt, st, workerID
+}
+
+func applyError(r *Row, rank int, e schema.ErrorInfo) {
+	if rank < r.ErrorRank || (rank == r.ErrorRank && (string(e.Class)+"\x00"+e.Message) <= (r.LastErrorClass+"\x00"+r.LastErrorMessage)) {
+		return
+	}
+	r.ErrorRank, r.LastErrorClass, r.LastErrorMessage = rank, string(e.Class), e.Message
+}
+
+// TraceID returns the trace-id part of a W3C traceparent header
+// ("00-<trace-id>-<parent-id>-<flags>"), or "" if it has none.
+func TraceID(traceparent string) string {
+	parts := strings.Split(traceparent, "-")
+	if len(parts) < 4 || len(parts[1]) != 32 || strings.Trim(parts[1], "0") == "" {
+		return ""
+	}
+	for _, c := range parts[1] {
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return ""
+		}
+	}
+	return parts[1]
+}
+
+// ts normalises a time the way Postgres stores it (UTC, microseconds), so a
+// row read back compares equal to the one written.
+func ts(t time.Time) time.Time { return t.UTC().Truncate(time.Microsecond) }
+
+func utcPtr(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	u := ts(t)
+	return &u
+}
+
+func cloneRaw(b json.RawMessage) json.RawMessage {
+	if len(b) == 0 {
+		return nil
+	}
+	return append(json.RawMessage(nil), b...)
+}
+
+func timeEq(a, b *time.Time) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.Equal(*b)
+}
+
+func (r *Row) clone() Row {
+	c := *r
+	c.Payload, c.Result = cloneRaw(r.Payload), cloneRaw(r.Result)
+	c.Tags = append([]string(nil), r.Tags...)
+	return c
+}
+
+func (r *Row) equal(o *Row) bool {
+	a, b := r.clone(), o.clone()
+	return reflect.DeepEqual(a, b)
+}
