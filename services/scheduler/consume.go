@@ -1,0 +1,184 @@
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ferryhq/ferry/events/schema"
+	"github.com/ferryhq/ferry/platform/kafkax"
+	"github.com/ferryhq/ferry/services/scheduler/internal/qstore"
+	"github.com/ferryhq/ferry/services/scheduler/internal/retry"
+)
+
+// consume polls the lifecycle and worker topics and applies each batch.
+// A batch is retried until it succeeds or ctx ends; its offsets are
+// committed only once its effects are in Redis and its records in Kafka.
+func (s *Service) consume(ctx context.Context, cl *kgo.Client) error {
+	for {
+		fetches := cl.PollRecords(ctx, s.cfg.MaxPoll)
+		if fetches.IsClientClosed() {
+			return nil
+		}
+		fetches.EachError(func(topic string, p int32, err error) {
+			if !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+				s.log.Warn("fetch", "topic", topic, "partition", p, "err", err)
+			}
+		})
+		recs := fetches.Records()
+		if len(recs) > 0 {
+			// The batch in hand is finished even when ctx ends meanwhile.
+			bctx := context.WithoutCancel(ctx)
+			backoff := 50 * time.Millisecond
+			for {
+				err := s.process(bctx, recs)
+				if err == nil {
+					if err := cl.CommitRecords(bctx, recs...); err != nil {
+						s.log.Warn("commit", "err", err)
+					}
+					break
+				}
+				s.log.Error("process batch", "records", len(recs), "err", err)
+				if ctx.Err() != nil {
+					// Uncommitted: the group's next owner replays it.
+					cl.AllowRebalance()
+					return nil
+				}
+				select {
+				case <-ctx.Done():
+				case <-time.After(backoff):
+				}
+				backoff = min(2*backoff, 2*time.Second)
+			}
+		}
+		cl.AllowRebalance()
+		if ctx.Err() != nil {
+			return nil
+		}
+	}
+}
+
+// failure is a failed record awaiting the retry decision.
+type failure struct {
+	ev schema.Failed
+}
+
+// process applies one polled batch: one Redis round trip for the whole
+// batch, then, for failed attempts, one produce of the retry/dlq decisions.
+func (s *Service) process(ctx context.Context, recs []*kgo.Record) error {
+	now := s.cfg.Now()
+	var b qstore.Batch
+	failed := map[[2]string]schema.Failed{}
+	for _, r := range recs {
+		ev, err := schema.Decode(r)
+		if err != nil {
+			s.log.Warn("skipping undecodable record", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "err", err)
+			continue
+		}
+		switch d := ev.Data.(type) {
+		case schema.Enqueued:
+			if err := b.Enqueue(d, ev.Time); err != nil {
+				s.log.Warn("skipping enqueued", "job_id", d.JobID, "err", err)
+			}
+		case schema.Started:
+			b.Extend(d.JobID, d.DispatchID)
+		case schema.Progress:
+			b.Extend(d.JobID, d.DispatchID)
+		case schema.Completed:
+			b.Complete(d.JobID, d.TenantID)
+		case schema.Failed:
+			b.Fail(d.JobID, d.DispatchID, d.Error.Class)
+			failed[[2]string{d.JobID, d.DispatchID}] = d
+		case schema.Cancelled:
+			b.Cancel(d.JobID, d.TenantID)
+		case schema.WorkerStatus:
+			at := d.At
+			if at.IsZero() || at.After(now) {
+				at = now
+			}
+			b.Worker(d, at.Add(s.cfg.WorkerTTL))
+			for _, ref := range d.HandedBack {
+				b.HandBack(ref.JobID, ref.Attempt)
+			}
+		}
+	}
+	res, err := s.store.Apply(ctx, now, &b)
+	if err != nil {
+		return err
+	}
+	if res.Wake {
+		s.wakeAll()
+	}
+	if len(res.Failed) == 0 {
+		return nil
+	}
+	var out []*kgo.Record
+	for _, t := range res.Failed {
+		f, ok := failed[[2]string{t.JobID, t.DispatchID}]
+		if !ok {
+			continue
+		}
+		rec, err := s.decide(t, f, now)
+		if err != nil {
+			return err
+		}
+		if rec != nil {
+			out = append(out, rec)
+		}
+	}
+	return kafkax.ProduceAll(ctx, s.deps.Kafka, out...)
+}
+
+// decide turns a failed attempt into its retry or dead-letter record.
+func (s *Service) decide(t qstore.Template, f schema.Failed, now time.Time) (*kgo.Record, error) {
+	hist := append(append([]schema.Attempt(nil), t.History...), attemptOf(f))
+	d := s.policy.Decide(retry.Input{
+		Job: t.Job, Attempt: t.Attempt, Class: f.Error.Class, RetryAfter: f.RetryAfter.D(), History: t.History,
+	})
+	topics := s.deps.Topics
+	switch d.Action {
+	case retry.Retry:
+		return schema.NewRecord(topics.Lifecycle(schema.EventEnqueued), Source, schema.Enqueued{
+			JobRef:    schema.JobRef{JobID: t.JobID, TenantID: t.TenantID, Attempt: t.Attempt + 1},
+			Job:       t.Job,
+			CreatedAt: t.CreatedAt,
+			RunAt:     now.Add(d.Delay).UTC(),
+			Reason:    schema.ReasonRetry,
+			Actor:     Source,
+			History:   hist,
+		})
+	case retry.DeadLetter:
+		return s.deadLetter(t, schema.ErrorInfo{Class: f.Error.Class, Message: f.Error.Message}, hist, now)
+	}
+	// worker_lost and cancelled are settled inside Redis.
+	return nil, nil
+}
+
+func (s *Service) deadLetter(t qstore.Template, e schema.ErrorInfo, hist []schema.Attempt, now time.Time) (*kgo.Record, error) {
+	if hist == nil {
+		hist = []schema.Attempt{}
+	}
+	return schema.NewRecord(s.deps.Topics.Lifecycle(schema.EventDLQ), Source, schema.DeadLettered{
+		JobRef:    schema.JobRef{JobID: t.JobID, TenantID: t.TenantID, Attempt: t.Attempt},
+		Job:       t.Job,
+		CreatedAt: t.CreatedAt,
+		Error:     e,
+		History:   hist,
+		DeadAt:    now.UTC(),
+	})
+}
+
+func attemptOf(f schema.Failed) schema.Attempt {
+	a := schema.Attempt{Attempt: f.Attempt, Class: f.Error.Class, Error: f.Error.Message, WorkerID: f.WorkerID}
+	if !f.StartedAt.IsZero() {
+		st := f.StartedAt
+		a.StartedAt = &st
+	}
+	if !f.FinishedAt.IsZero() {
+		fin := f.FinishedAt
+		a.FinishedAt = &fin
+	}
+	return a
+}

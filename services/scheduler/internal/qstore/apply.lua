@@ -1,0 +1,181 @@
+-- apply: applies a batch of lifecycle facts to the queue state atomically.
+-- ARGV[1] key prefix, ARGV[2] now (ms), ARGV[3] lease (ms), ARGV[4] TTL of
+-- terminal markers (s), then operations, each an op code followed by a fixed
+-- number of arguments (see qstore.go). Returns {wake, templates...} where
+-- wake is 1 when something may now be dispatchable and templates are the
+-- failed attempts the Go side must decide on, 7 fields each.
+local P = ARGV[1]
+local now = tonumber(ARGV[2])
+local lease = tonumber(ARGV[3])
+local ttl = tonumber(ARGV[4])
+local STEP, NORMAL = 1e14, 5e13
+local out = {0}
+
+local function ready_key(q) return P .. 'q:' .. q .. ':ready' end
+local function delayed_key(q) return P .. 'q:' .. q .. ':delayed' end
+local function inflight_key(pool) return P .. 'pool:' .. pool .. ':inflight' end
+
+-- make_ready puts a job in its queue's ready set: at the back of its
+-- priority (a fresh FIFO sequence), or at the front (its old sequence in
+-- the front band) for a job whose run was lost.
+local function make_ready(jk, id, front)
+  local f = redis.call('HMGET', jk, 'queue', 'prio', 'seq')
+  local seq = tonumber(f[3])
+  if not front or not seq then
+    seq = redis.call('INCR', P .. 'seq')
+  end
+  local score = tonumber(f[2]) * STEP + seq
+  if not front then score = score + NORMAL end
+  redis.call('ZADD', ready_key(f[1]), score, id)
+  redis.call('HSET', jk, 'state', 'ready', 'seq', seq, 'did', '')
+end
+
+local function unindex(jk, id)
+  local f = redis.call('HMGET', jk, 'queue', 'pool')
+  if f[1] then
+    redis.call('ZREM', ready_key(f[1]), id)
+    redis.call('ZREM', delayed_key(f[1]), id)
+  end
+  if f[2] then redis.call('ZREM', inflight_key(f[2]), id) end
+end
+
+local function terminal(jk, state, tenant)
+  redis.call('HSET', jk, 'state', state, 'did', '')
+  if tenant and tenant ~= '' then redis.call('HSET', jk, 'tenant', tenant) end
+  redis.call('HDEL', jk, 'spec', 'history')
+  redis.call('EXPIRE', jk, ttl)
+end
+
+local function template(jk, id)
+  local f = redis.call('HMGET', jk, 'did', 'attempt', 'tenant', 'created', 'ready', 'spec', 'history')
+  out[#out + 1] = id
+  for i = 1, 7 do out[#out + 1] = f[i] or '' end
+end
+
+local i = 5
+while i <= #ARGV do
+  local op = ARGV[i]
+  if op == 'E' then
+    -- E id tenant attempt queue pool prio run_at_ms not_after_ms created ready spec history
+    local id, tenant, attempt = ARGV[i + 1], ARGV[i + 2], tonumber(ARGV[i + 3])
+    local q, pool, prio, run_at = ARGV[i + 4], ARGV[i + 5], ARGV[i + 6], tonumber(ARGV[i + 7])
+    local jk = P .. 'job:' .. id
+    local f = redis.call('HMGET', jk, 'state', 'attempt')
+    local st, known = f[1], tonumber(f[2])
+    if st ~= 'done' and st ~= 'cancelled' and not (known and known >= attempt) then
+      if st then unindex(jk, id) end
+      redis.call('PERSIST', jk)
+      redis.call('HSET', jk, 'tenant', tenant, 'attempt', attempt, 'queue', q, 'pool', pool, 'prio', prio,
+        'na', ARGV[i + 8], 'created', ARGV[i + 9], 'ready', ARGV[i + 10], 'spec', ARGV[i + 11],
+        'history', ARGV[i + 12], 'did', '')
+      redis.call('SADD', P .. 'pool:' .. pool .. ':queues', q)
+      if run_at > now then
+        redis.call('ZADD', delayed_key(q), run_at, id)
+        redis.call('HSET', jk, 'state', 'delayed')
+      else
+        make_ready(jk, id, false)
+      end
+      out[1] = 1
+    end
+    i = i + 13
+  elseif op == 'S' then
+    -- S id dispatch_id: started/progress extend the current dispatch's lease.
+    local jk = P .. 'job:' .. ARGV[i + 1]
+    local f = redis.call('HMGET', jk, 'state', 'did', 'pool')
+    if f[2] == ARGV[i + 2] and (f[1] == 'inflight' or f[1] == 'cancelled') then
+      redis.call('ZADD', inflight_key(f[3]), 'XX', now + lease, ARGV[i + 1])
+    end
+    i = i + 3
+  elseif op == 'C' then
+    -- C id tenant: completed; terminal, frees the slot, never dispatched again.
+    local id = ARGV[i + 1]
+    local jk = P .. 'job:' .. id
+    local st = redis.call('HGET', jk, 'state')
+    if st ~= 'done' then
+      if st then unindex(jk, id) end
+      terminal(jk, 'done', ARGV[i + 2])
+      out[1] = 1
+    end
+    i = i + 3
+  elseif op == 'F' then
+    -- F id dispatch_id class
+    local id, did, class = ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
+    local jk = P .. 'job:' .. id
+    local f = redis.call('HMGET', jk, 'state', 'did', 'pool')
+    local st = f[1]
+    if st and f[2] == did and did ~= '' then
+      if st == 'inflight' or st == 'cancelled' then
+        redis.call('ZREM', inflight_key(f[3]), id)
+        out[1] = 1
+        if st == 'cancelled' or class == 'cancelled' then
+          terminal(jk, 'cancelled')
+        elseif class == 'worker_lost' then
+          make_ready(jk, id, true)
+        else
+          redis.call('HSET', jk, 'state', 'failed')
+          redis.call('EXPIRE', jk, ttl)
+          template(jk, id)
+        end
+      elseif st == 'failed' then
+        template(jk, id) -- a replay: decide again, the outcome is idempotent
+      end
+    end
+    i = i + 4
+  elseif op == 'X' then
+    -- X id tenant: cancelled.
+    local id = ARGV[i + 1]
+    local jk = P .. 'job:' .. id
+    local st = redis.call('HGET', jk, 'state')
+    if st == 'inflight' then
+      -- Keep the slot until the worker reports or the lease runs out.
+      redis.call('HSET', jk, 'state', 'cancelled')
+      redis.call('HDEL', jk, 'spec', 'history')
+      redis.call('EXPIRE', jk, ttl)
+    elseif st ~= 'done' and st ~= 'cancelled' then
+      if st then unindex(jk, id) end
+      terminal(jk, 'cancelled', ARGV[i + 2])
+    end
+    i = i + 3
+  elseif op == 'W' then
+    -- W pool worker slots expires_ms stopping
+    local pool, w = ARGV[i + 1], ARGV[i + 2]
+    local wz, wh = P .. 'pool:' .. pool .. ':workers', P .. 'pool:' .. pool .. ':slots'
+    local exp = tonumber(ARGV[i + 4])
+    if ARGV[i + 5] == '1' then
+      redis.call('ZREM', wz, w)
+      redis.call('HDEL', wh, w)
+    elseif exp > now then
+      redis.call('ZADD', wz, 'GT', exp, w)
+      -- ZADD GT refuses an older announcement; only then take its slots.
+      if tonumber(redis.call('ZSCORE', wz, w)) == exp then
+        redis.call('HSET', wh, w, ARGV[i + 3])
+      end
+      out[1] = 1
+    end
+    i = i + 6
+  elseif op == 'H' or op == 'R' then
+    -- H id attempt: handed back by a stopping worker.
+    -- R id dispatch_id: the dispatch record could not be produced.
+    local id = ARGV[i + 1]
+    local jk = P .. 'job:' .. id
+    local f = redis.call('HMGET', jk, 'state', 'attempt', 'did', 'pool')
+    local match
+    if op == 'H' then match = tonumber(f[2]) == tonumber(ARGV[i + 2]) else match = f[3] == ARGV[i + 2] end
+    if f[1] == 'inflight' and match then
+      redis.call('ZREM', inflight_key(f[4]), id)
+      make_ready(jk, id, true)
+      out[1] = 1
+    end
+    i = i + 3
+  elseif op == 'A' then
+    -- A pool id: the dlq record of an expired job was produced.
+    local id = ARGV[i + 2]
+    local jk = P .. 'job:' .. id
+    redis.call('ZREM', P .. 'pool:' .. ARGV[i + 1] .. ':outbox', id)
+    if redis.call('HGET', jk, 'state') == 'expiring' then terminal(jk, 'dead') end
+    i = i + 3
+  else
+    return redis.error_reply('qstore: unknown op ' .. tostring(op))
+  end
+end
+return out

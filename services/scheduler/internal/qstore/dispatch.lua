@@ -1,0 +1,135 @@
+-- dispatch: one scheduling step for one pool, atomically: forget silent
+-- workers, re-queue jobs whose lease expired (worker_lost: same attempt, at
+-- the front of their priority), promote due delayed jobs, then pop up to
+-- (live slots + prefetch - in flight) ready jobs across the pool's queues,
+-- best priority first then FIFO, and lease them.
+-- ARGV: prefix pool now_ms lease_ms prefetch max_batch dispatch_id_prefix ttl_s outbox_retry_ms
+-- Returns {next_due_ms, next_lease_ms, n_dispatched, n_expired, more,
+--          dispatched (8 fields each)..., expired (7 fields each)...}.
+local P, pool = ARGV[1], ARGV[2]
+local now, lease = tonumber(ARGV[3]), tonumber(ARGV[4])
+local prefetch, maxb = tonumber(ARGV[5]), tonumber(ARGV[6])
+local didp, retry_ms = ARGV[7], tonumber(ARGV[9])
+local STEP, NORMAL = 1e14, 5e13
+local PP = P .. 'pool:' .. pool
+local inflight, wz, wh, outbox = PP .. ':inflight', PP .. ':workers', PP .. ':slots', PP .. ':outbox'
+
+local function make_ready(jk, id, front)
+  local f = redis.call('HMGET', jk, 'queue', 'prio', 'seq')
+  local seq = tonumber(f[3])
+  if not front or not seq then
+    seq = redis.call('INCR', P .. 'seq')
+  end
+  local score = tonumber(f[2]) * STEP + seq
+  if not front then score = score + NORMAL end
+  redis.call('ZADD', P .. 'q:' .. f[1] .. ':ready', score, id)
+  redis.call('HSET', jk, 'state', 'ready', 'seq', seq, 'did', '')
+end
+
+-- 1. Workers silent past their expiry are gone.
+for _, w in ipairs(redis.call('ZRANGEBYSCORE', wz, '-inf', now)) do
+  redis.call('ZREM', wz, w)
+  redis.call('HDEL', wh, w)
+end
+
+-- 2. Expired leases.
+for _, id in ipairs(redis.call('ZRANGEBYSCORE', inflight, '-inf', now, 'LIMIT', 0, 1000)) do
+  redis.call('ZREM', inflight, id)
+  local jk = P .. 'job:' .. id
+  if redis.call('HGET', jk, 'state') == 'inflight' then make_ready(jk, id, true) end
+end
+
+-- 3. Due delayed jobs. A score is the due time rounded up to the ms, so
+-- nothing is promoted early.
+local queues = redis.call('SMEMBERS', PP .. ':queues')
+for _, q in ipairs(queues) do
+  local dk = P .. 'q:' .. q .. ':delayed'
+  for _, id in ipairs(redis.call('ZRANGEBYSCORE', dk, '-inf', now, 'LIMIT', 0, 1000)) do
+    redis.call('ZREM', dk, id)
+    local jk = P .. 'job:' .. id
+    if redis.call('HGET', jk, 'state') == 'delayed' then make_ready(jk, id, false) end
+  end
+end
+
+-- 4. Capacity. No live worker, no dispatch.
+local slots = 0
+for _, s in ipairs(redis.call('HVALS', wh)) do slots = slots + tonumber(s) end
+local cap = 0
+if slots > 0 then cap = slots + prefetch - redis.call('ZCARD', inflight) end
+if cap > maxb then cap = maxb end
+
+local disp, exp = {}, {}
+local function expired(jk, id)
+  local f = redis.call('HMGET', jk, 'attempt', 'tenant', 'created', 'ready', 'spec', 'history')
+  exp[#exp + 1] = id
+  for k = 1, 6 do exp[#exp + 1] = f[k] or '' end
+end
+
+-- 5. Pop the best cap jobs across the pool's queues.
+local popped = 0
+if cap > 0 then
+  local cand = {}
+  for _, q in ipairs(queues) do
+    local r = redis.call('ZRANGE', P .. 'q:' .. q .. ':ready', 0, cap - 1, 'WITHSCORES')
+    for k = 1, #r, 2 do cand[#cand + 1] = {r[k], tonumber(r[k + 1]), q} end
+  end
+  table.sort(cand, function(a, b)
+    if a[2] ~= b[2] then return a[2] < b[2] end
+    return a[1] < b[1]
+  end)
+  local lease_until = now + lease
+  for k = 1, math.min(cap, #cand) do
+    local id, q = cand[k][1], cand[k][3]
+    redis.call('ZREM', P .. 'q:' .. q .. ':ready', id)
+    popped = popped + 1
+    local jk = P .. 'job:' .. id
+    local f = redis.call('HMGET', jk, 'state', 'na', 'attempt', 'tenant', 'created', 'ready', 'spec')
+    if f[1] == 'ready' then
+      local na = tonumber(f[2])
+      if na and na <= now then
+        redis.call('HSET', jk, 'state', 'expiring')
+        redis.call('ZADD', outbox, now + retry_ms, id)
+        expired(jk, id)
+      else
+        local did = didp .. '-' .. k
+        redis.call('HSET', jk, 'state', 'inflight', 'did', did)
+        redis.call('ZADD', inflight, lease_until, id)
+        disp[#disp + 1] = id
+        disp[#disp + 1] = did
+        for m = 3, 7 do disp[#disp + 1] = f[m] or '' end
+        disp[#disp + 1] = lease_until
+      end
+    end
+  end
+end
+
+-- 6. Expired jobs whose dlq record was not acknowledged in time: again.
+for _, id in ipairs(redis.call('ZRANGEBYSCORE', outbox, '-inf', now, 'LIMIT', 0, 100)) do
+  local jk = P .. 'job:' .. id
+  if redis.call('HGET', jk, 'state') == 'expiring' then
+    redis.call('ZADD', outbox, now + retry_ms, id)
+    expired(jk, id)
+  else
+    redis.call('ZREM', outbox, id)
+  end
+end
+
+-- 7. When to look again.
+local next_due = -1
+for _, q in ipairs(queues) do
+  local r = redis.call('ZRANGE', P .. 'q:' .. q .. ':delayed', 0, 0, 'WITHSCORES')
+  if #r > 0 then
+    local s = tonumber(r[2])
+    if next_due < 0 or s < next_due then next_due = s end
+  end
+end
+local next_lease = -1
+local r = redis.call('ZRANGE', inflight, 0, 0, 'WITHSCORES')
+if #r > 0 then next_lease = tonumber(r[2]) end
+local more = 0
+if cap > 0 and popped == cap and cap == maxb then more = 1 end
+
+local res = {next_due, next_lease, #disp / 8, #exp / 7, more}
+for _, v in ipairs(disp) do res[#res + 1] = v end
+for _, v in ipairs(exp) do res[#res + 1] = v end
+return res

@@ -1,0 +1,412 @@
+// Package qstore keeps the scheduler's queue state in Redis. Every mutation
+// is one of two Lua scripts, so any number of scheduler replicas may share
+// one Redis: apply (lifecycle facts, in batches) and dispatch (one
+// scheduling step of a pool). Both are idempotent over at-least-once input.
+//
+// Key layout under the prefix P (default "ferry:sched:"); the scripts build
+// key names from the prefix, so the store needs a single (non-cluster) Redis:
+//
+//	P job:<id>             HASH  state, attempt, tenant, queue, pool, prio, seq, na (not_after ms),
+//	                             created, ready (RFC 3339), spec (JobSpec JSON), history (JSON),
+//	                             did (current dispatch id)
+//	P q:<queue>:ready      ZSET  job ids by prio·1e14 + [5e13 +] seq (priority, then FIFO;
+//	                             re-queued lost jobs sit in the front band, without the 5e13)
+//	P q:<queue>:delayed    ZSET  job ids by due time (ms, rounded up)
+//	P pool:<pool>:queues   SET   the queues that have held jobs of the pool
+//	P pool:<pool>:inflight ZSET  job ids by lease deadline (ms)
+//	P pool:<pool>:workers  ZSET  worker ids by liveness deadline (ms)
+//	P pool:<pool>:slots    HASH  worker id → slots
+//	P pool:<pool>:outbox   ZSET  expired (not_after) job ids whose dlq record awaits acknowledgement
+//	P seq                  STRING FIFO sequence
+//
+// Job states: ready, delayed, inflight, failed (awaiting the retry decision;
+// replays of the failure re-read it), expiring (dlq pending), and the
+// terminal markers done, cancelled and dead, which keep only the state and
+// expire after the terminal TTL.
+package qstore
+
+import (
+	"context"
+	_ "embed"
+	"encoding/json"
+	"fmt"
+	"math"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ferryhq/ferry/events/schema"
+)
+
+var (
+	//go:embed apply.lua
+	applySrc string
+	//go:embed dispatch.lua
+	dispatchSrc string
+
+	applyScript    = redis.NewScript(applySrc)
+	dispatchScript = redis.NewScript(dispatchSrc)
+)
+
+// Options configure a Store.
+type Options struct {
+	// Prefix of every key. Defaults to "ferry:sched:".
+	Prefix string
+	// Lease a dispatched job holds, renewed by started and progress. Defaults to 30s.
+	Lease time.Duration
+	// TerminalTTL is how long done/cancelled/dead markers are kept. Defaults to 7 days.
+	TerminalTTL time.Duration
+	// OutboxRetry is how long an expired job's dlq record may take before a
+	// dispatch step hands it out again. Defaults to 30s.
+	OutboxRetry time.Duration
+	// MaxOpsPerCall bounds the operations of one script call, so one call
+	// never blocks Redis for long; larger batches are pipelined. Defaults to 512.
+	MaxOpsPerCall int
+}
+
+// WithDefaults fills unset options.
+func (o Options) WithDefaults() Options {
+	if o.Prefix == "" {
+		o.Prefix = "ferry:sched:"
+	}
+	if o.Lease <= 0 {
+		o.Lease = 30 * time.Second
+	}
+	if o.TerminalTTL <= 0 {
+		o.TerminalTTL = 7 * 24 * time.Hour
+	}
+	if o.OutboxRetry <= 0 {
+		o.OutboxRetry = 30 * time.Second
+	}
+	if o.MaxOpsPerCall <= 0 {
+		o.MaxOpsPerCall = 512
+	}
+	return o
+}
+
+// Store is the Redis queue state. It is safe for concurrent use.
+type Store struct {
+	rdb  *redis.Client
+	opts Options
+}
+
+// New returns a Store over rdb.
+func New(rdb *redis.Client, opts Options) *Store {
+	return &Store{rdb: rdb, opts: opts.WithDefaults()}
+}
+
+// Load loads the scripts into Redis so the first calls use EVALSHA.
+func (s *Store) Load(ctx context.Context) error {
+	for _, sc := range []*redis.Script{applyScript, dispatchScript} {
+		if err := sc.Load(ctx, s.rdb).Err(); err != nil {
+			return fmt.Errorf("qstore: load script: %w", err)
+		}
+	}
+	return nil
+}
+
+// Prefix is the key prefix in use.
+func (s *Store) Prefix() string { return s.opts.Prefix }
+
+// Batch collects lifecycle facts for one Apply. The zero value is empty and
+// ready to use.
+type Batch struct {
+	ops [][]any
+}
+
+// Len is the number of operations in the batch.
+func (b *Batch) Len() int { return len(b.ops) }
+
+func (b *Batch) add(args ...any) { b.ops = append(b.ops, args) }
+
+// PoolOf returns the pool a job runs in: its Pool, or short.
+func PoolOf(spec schema.JobSpec) string {
+	if spec.Pool == "" {
+		return schema.PoolShort
+	}
+	return spec.Pool
+}
+
+// QueueOf returns the queue of a job: its Queue, or "default".
+func QueueOf(spec schema.JobSpec) string {
+	if spec.Queue == "" {
+		return "default"
+	}
+	return spec.Queue
+}
+
+// msCeil is t in Unix milliseconds, rounded up so a due time is never early.
+func msCeil(t time.Time) int64 {
+	ns := t.UnixNano()
+	ms := ns / 1e6
+	if ns%1e6 > 0 {
+		ms++
+	}
+	return ms
+}
+
+// Enqueue adds an attempt. readyAt is recorded as the attempt's ready time
+// for immediate attempts (the record's time when RunAt is zero).
+func (b *Batch) Enqueue(e schema.Enqueued, recordTime time.Time) error {
+	spec, err := json.Marshal(e.Job)
+	if err != nil {
+		return fmt.Errorf("qstore: encode job spec: %w", err)
+	}
+	hist := ""
+	if len(e.History) > 0 {
+		h, err := json.Marshal(e.History)
+		if err != nil {
+			return fmt.Errorf("qstore: encode history: %w", err)
+		}
+		hist = string(h)
+	}
+	ready, runAt := e.RunAt, int64(0)
+	if ready.IsZero() {
+		ready = recordTime
+	} else {
+		runAt = msCeil(e.RunAt)
+	}
+	na := ""
+	if e.Job.NotAfter != nil {
+		na = strconv.FormatInt(e.Job.NotAfter.UnixMilli(), 10)
+	}
+	prio := min(max(e.Job.Priority, 0), 9)
+	b.add("E", e.JobID, e.TenantID, e.Attempt, QueueOf(e.Job), PoolOf(e.Job), prio, runAt, na,
+		e.CreatedAt.UTC().Format(time.RFC3339Nano), ready.UTC().Format(time.RFC3339Nano), spec, hist)
+	return nil
+}
+
+// Extend renews the lease of the job's current dispatch (started, progress).
+func (b *Batch) Extend(jobID, dispatchID string) { b.add("S", jobID, dispatchID) }
+
+// Complete marks the job done for good and frees its slot.
+func (b *Batch) Complete(jobID, tenantID string) { b.add("C", jobID, tenantID) }
+
+// Fail records a failed run of the current dispatch and frees its slot.
+// worker_lost re-queues the same attempt at the front and cancelled marks
+// the job cancelled, inside Redis; any other class leaves the job "failed"
+// and Apply returns its template for the retry decision.
+func (b *Batch) Fail(jobID, dispatchID string, class schema.ErrorClass) {
+	b.add("F", jobID, dispatchID, string(class))
+}
+
+// Cancel removes the job from its queues and marks it cancelled; a job in
+// flight keeps its slot until its worker reports or the lease expires.
+func (b *Batch) Cancel(jobID, tenantID string) { b.add("X", jobID, tenantID) }
+
+// Worker records a worker's announcement at now. A worker is live until
+// WorkerTTL after its announcement; Stopping removes it.
+func (b *Batch) Worker(ws schema.WorkerStatus, expires time.Time) {
+	stopping := "0"
+	if ws.Stopping {
+		stopping = "1"
+	}
+	b.add("W", ws.Pool, ws.WorkerID, ws.Slots, expires.UnixMilli(), stopping)
+}
+
+// HandBack re-queues, at the front, an attempt a stopping worker gave back.
+func (b *Batch) HandBack(jobID string, attempt int) { b.add("H", jobID, attempt) }
+
+// Release re-queues, at the front, a dispatch whose record was not produced.
+func (b *Batch) Release(jobID, dispatchID string) { b.add("R", jobID, dispatchID) }
+
+// AckExpired records that the dlq record of an expired job was produced.
+func (b *Batch) AckExpired(pool, jobID string) { b.add("A", pool, jobID) }
+
+// Template is what the scheduler knows of one attempt.
+type Template struct {
+	JobID      string
+	DispatchID string
+	TenantID   string
+	Attempt    int
+	Job        schema.JobSpec
+	CreatedAt  time.Time
+	ReadyAt    time.Time
+	LeaseUntil time.Time
+	History    []schema.Attempt
+}
+
+// ApplyResult is the outcome of Apply.
+type ApplyResult struct {
+	// Wake is true when a job may have become dispatchable or a slot was freed.
+	Wake bool
+	// Failed are the failed attempts that need a retry decision.
+	Failed []Template
+}
+
+// Apply applies the batch atomically per script call (batches larger than
+// MaxOpsPerCall are split, and the calls pipelined in one round trip).
+func (s *Store) Apply(ctx context.Context, now time.Time, b *Batch) (ApplyResult, error) {
+	var res ApplyResult
+	if b.Len() == 0 {
+		return res, nil
+	}
+	head := []any{s.opts.Prefix, now.UnixMilli(), s.opts.Lease.Milliseconds(), int64(s.opts.TerminalTTL.Seconds())}
+	var chunks [][]any
+	for start := 0; start < len(b.ops); start += s.opts.MaxOpsPerCall {
+		args := append([]any(nil), head...)
+		for _, op := range b.ops[start:min(start+s.opts.MaxOpsPerCall, len(b.ops))] {
+			args = append(args, op...)
+		}
+		chunks = append(chunks, args)
+	}
+	var replies [][]any
+	if len(chunks) == 1 {
+		v, err := applyScript.Run(ctx, s.rdb, nil, chunks[0]...).Slice()
+		if err != nil {
+			return res, fmt.Errorf("qstore: apply: %w", err)
+		}
+		replies = [][]any{v}
+	} else {
+		// Make sure the script is cached, then pipeline EVALSHA calls.
+		if err := applyScript.Load(ctx, s.rdb).Err(); err != nil {
+			return res, fmt.Errorf("qstore: load apply: %w", err)
+		}
+		cmds, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for _, c := range chunks {
+				applyScript.EvalSha(ctx, p, nil, c...)
+			}
+			return nil
+		})
+		if err != nil {
+			return res, fmt.Errorf("qstore: apply: %w", err)
+		}
+		for _, c := range cmds {
+			v, err := c.(*redis.Cmd).Slice()
+			if err != nil {
+				return res, fmt.Errorf("qstore: apply: %w", err)
+			}
+			replies = append(replies, v)
+		}
+	}
+	for _, v := range replies {
+		if len(v) == 0 {
+			continue
+		}
+		if n, _ := v[0].(int64); n == 1 {
+			res.Wake = true
+		}
+		for i := 1; i+8 <= len(v); i += 8 {
+			// id did attempt tenant created ready spec history
+			t, err := parseTemplate(str(v[i]), str(v[i+1]), str(v[i+2]), str(v[i+3]), str(v[i+4]), str(v[i+5]), str(v[i+6]), str(v[i+7]))
+			if err != nil {
+				return res, err
+			}
+			res.Failed = append(res.Failed, t)
+		}
+	}
+	return res, nil
+}
+
+// DispatchParams say how much one dispatch step may hand out.
+type DispatchParams struct {
+	Pool string
+	Now  time.Time
+	// Prefetch is how many dispatches may exceed the live slots.
+	Prefetch int
+	// MaxBatch bounds the jobs one step hands out.
+	MaxBatch int
+	// DispatchIDPrefix must be unique per call (a UUIDv7); dispatch ids are
+	// "<prefix>-<n>".
+	DispatchIDPrefix string
+}
+
+// DispatchResult is the outcome of one dispatch step.
+type DispatchResult struct {
+	// Dispatched are the jobs leased in this step; produce their dispatch
+	// records, and Release those that could not be produced.
+	Dispatched []Template
+	// Expired are jobs whose not_after passed; produce their dlq records
+	// and AckExpired them.
+	Expired []Template
+	// NextDue is the earliest due time of a delayed job of the pool (zero if none).
+	NextDue time.Time
+	// NextLease is the earliest lease deadline in the pool (zero if none).
+	NextLease time.Time
+	// More is true when the step stopped at MaxBatch with capacity left.
+	More bool
+}
+
+// Dispatch runs one scheduling step of a pool in one round trip.
+func (s *Store) Dispatch(ctx context.Context, p DispatchParams) (DispatchResult, error) {
+	var res DispatchResult
+	v, err := dispatchScript.Run(ctx, s.rdb, nil, s.opts.Prefix, p.Pool, p.Now.UnixMilli(), s.opts.Lease.Milliseconds(),
+		p.Prefetch, p.MaxBatch, p.DispatchIDPrefix, int64(s.opts.TerminalTTL.Seconds()), s.opts.OutboxRetry.Milliseconds()).Slice()
+	if err != nil {
+		return res, fmt.Errorf("qstore: dispatch %s: %w", p.Pool, err)
+	}
+	if len(v) < 5 {
+		return res, fmt.Errorf("qstore: dispatch %s: short reply", p.Pool)
+	}
+	if ms, _ := v[0].(int64); ms >= 0 {
+		res.NextDue = time.UnixMilli(ms)
+	}
+	if ms, _ := v[1].(int64); ms >= 0 {
+		res.NextLease = time.UnixMilli(ms)
+	}
+	nd, _ := v[2].(int64)
+	ne, _ := v[3].(int64)
+	more, _ := v[4].(int64)
+	res.More = more == 1
+	i := 5
+	for range nd {
+		if i+8 > len(v) {
+			return res, fmt.Errorf("qstore: dispatch %s: malformed reply", p.Pool)
+		}
+		// id did attempt tenant created ready spec lease_until
+		t, err := parseTemplate(str(v[i]), str(v[i+1]), str(v[i+2]), str(v[i+3]), str(v[i+4]), str(v[i+5]), str(v[i+6]), "")
+		if err != nil {
+			return res, err
+		}
+		lu, _ := v[i+7].(int64)
+		t.LeaseUntil = time.UnixMilli(lu)
+		res.Dispatched = append(res.Dispatched, t)
+		i += 8
+	}
+	for range ne {
+		if i+7 > len(v) {
+			return res, fmt.Errorf("qstore: dispatch %s: malformed reply", p.Pool)
+		}
+		// id attempt tenant created ready spec history
+		t, err := parseTemplate(str(v[i]), "", str(v[i+1]), str(v[i+2]), str(v[i+3]), str(v[i+4]), str(v[i+5]), str(v[i+6]))
+		if err != nil {
+			return res, err
+		}
+		res.Expired = append(res.Expired, t)
+		i += 7
+	}
+	return res, nil
+}
+
+func str(v any) string {
+	switch x := v.(type) {
+	case string:
+		return x
+	case int64:
+		return strconv.FormatInt(x, 10)
+	}
+	return ""
+}
+
+func parseTemplate(id, did, attempt, tenant, created, ready, spec, history string) (Template, error) {
+	t := Template{JobID: id, DispatchID: did, TenantID: tenant}
+	a, err := strconv.ParseFloat(attempt, 64)
+	if err != nil || a > math.MaxInt32 {
+		return t, fmt.Errorf("qstore: job %s: bad attempt %q", id, attempt)
+	}
+	t.Attempt = int(a)
+	if spec != "" {
+		if err := json.Unmarshal([]byte(spec), &t.Job); err != nil {
+			return t, fmt.Errorf("qstore: job %s: bad spec: %w", id, err)
+		}
+	}
+	if history != "" {
+		if err := json.Unmarshal([]byte(history), &t.History); err != nil {
+			return t, fmt.Errorf("qstore: job %s: bad history: %w", id, err)
+		}
+	}
+	t.CreatedAt, _ = time.Parse(time.RFC3339Nano, created)
+	t.ReadyAt, _ = time.Parse(time.RFC3339Nano, ready)
+	return t, nil
+}

@@ -1,0 +1,125 @@
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/redis/go-redis/v9"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/ferryhq/ferry/events/schema"
+	"github.com/ferryhq/ferry/platform/config"
+	"github.com/ferryhq/ferry/platform/kafkax"
+	"github.com/ferryhq/ferry/platform/service"
+	"github.com/ferryhq/ferry/services/scheduler/internal/qstore"
+	"github.com/ferryhq/ferry/services/scheduler/internal/retry"
+)
+
+// Source is the CloudEvents source of the records the scheduler produces.
+const Source = "ferry/scheduler"
+
+// Group is the scheduler's consumer group.
+const Group = "ferry-scheduler"
+
+// Service is the scheduler. It implements service.Component.
+type Service struct {
+	cfg    Config
+	deps   *service.Deps
+	log    *slog.Logger
+	store  *qstore.Store
+	policy retry.Policy
+	// wake holds one channel per pool; a send (never blocking) makes the
+	// pool's dispatch loop run a step at once.
+	wake map[string]chan struct{}
+}
+
+var _ service.Component = (*Service)(nil)
+
+// Build is the scheduler's service.Builder.
+func Build(_ context.Context, deps *service.Deps, l *config.Loader) (service.Component, error) {
+	cfg := LoadConfig(l).WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return New(deps, cfg)
+}
+
+// New returns a scheduler over deps (which must have Redis and Kafka).
+func New(deps *service.Deps, cfg Config) (*Service, error) {
+	if deps == nil || deps.Redis == nil || deps.Kafka == nil {
+		return nil, errors.New("scheduler: needs Redis and Kafka")
+	}
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	log := deps.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	s := &Service{
+		cfg:    cfg,
+		deps:   deps,
+		log:    log.With("service", "scheduler"),
+		store:  newStore(deps.Redis, cfg),
+		policy: retry.Policy{Base: cfg.RetryBase, Max: cfg.RetryMax, Rand: cfg.Rand},
+		wake:   make(map[string]chan struct{}, len(cfg.Pools)),
+	}
+	for _, p := range cfg.Pools {
+		s.wake[p] = make(chan struct{}, 1)
+	}
+	return s, nil
+}
+
+func newStore(rdb *redis.Client, cfg Config) *qstore.Store {
+	return qstore.New(rdb, qstore.Options{Prefix: cfg.KeyPrefix, Lease: cfg.Lease, TerminalTTL: cfg.TerminalTTL})
+}
+
+// Routes mounts nothing yet: the scheduler serves only the ops endpoints
+// (/healthz, /readyz, /metrics) that the platform adds.
+func (s *Service) Routes(chi.Router) {}
+
+// Topics are the topics the scheduler consumes.
+func (s *Service) Topics() []string {
+	t := s.deps.Topics
+	return []string{
+		t.Lifecycle(schema.EventEnqueued), t.Lifecycle(schema.EventStarted), t.Lifecycle(schema.EventProgress),
+		t.Lifecycle(schema.EventCompleted), t.Lifecycle(schema.EventFailed), t.Lifecycle(schema.EventCancelled),
+		t.Workers(),
+	}
+}
+
+// Run consumes and dispatches until ctx is done. On stop it finishes the
+// batch in hand, commits it and leaves the group.
+func (s *Service) Run(ctx context.Context) error {
+	if err := s.store.Load(ctx); err != nil {
+		return err
+	}
+	opts := append(kafkax.Group(Group, s.Topics()...), kgo.BlockRebalanceOnPoll())
+	cl, err := kafkax.NewClient(s.deps.KafkaConfig("scheduler"), opts...)
+	if err != nil {
+		return fmt.Errorf("scheduler: %w", err)
+	}
+	defer cl.Close()
+
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return s.consume(gctx, cl) })
+	for _, p := range s.cfg.Pools {
+		g.Go(func() error { return s.dispatchLoop(gctx, p) })
+	}
+	return g.Wait()
+}
+
+// wakeAll makes every dispatch loop run a step at once.
+func (s *Service) wakeAll() {
+	for _, ch := range s.wake {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+}
