@@ -1,0 +1,27 @@
+// Package handlers holds the worker's built-in job handlers, registered by
+// worker.Build under these job types:
+//
+//   - http: calls an HTTP endpoint through the SSRF guard of
+//     platform/outbound. Payload:
+//     {"method": "POST", "url": "https://…", "headers": {"K": "v"},
+//     "body": "text" or any JSON value, "timeout": "10s"}.
+//     The request carries Ferry-Job-Id and Ferry-Attempt headers, which the
+//     receiver can use as idempotency keys (delivery is at-least-once).
+//     A 2xx answer completes the job with {"status", "headers", "body"}
+//     (the body bounded to 64 KiB, as JSON when the response is JSON, else
+//     as a string, with "truncated": true when cut). 408, 429, 5xx and
+//     network errors are retryable, honouring Retry-After (seconds or an
+//     HTTP date); other 4xx, an invalid payload and an address refused by
+//     the SSRF guard are permanent; the request timeout is a timeout.
+//
+// The other three are test and demo handlers, for trying Ferry out and for
+// Ferry's own tests; production jobs should not rely on them:
+//
+//   - noop: completes at once with no result.
+//   - sleep: {"ms": N} sleeps N milliseconds, reporting progress every 10 %
+//     (at most every 100 ms), and stops early when cancelled.
+//   - fail: {"times": N, "class": "app_error|permanent|timeout|retryable",
+//     "retry_after": "1s", "message": "…"} fails attempts 1…N with that
+//     class (default app_error; N defaults to 1), then completes with
+//     {"attempt": n}.
+package handlers

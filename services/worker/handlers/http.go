@@ -1,0 +1,227 @@
+package handlers
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/ferryhq/ferry/events/schema"
+	"github.com/ferryhq/ferry/platform/outbound"
+	"github.com/ferryhq/ferry/services/worker/workertype"
+)
+
+// Limits of the http handler.
+const (
+	// MaxResponseBody is how much of a response body a result keeps.
+	MaxResponseBody = 64 << 10
+	// DefaultHTTPTimeout bounds a request whose payload sets no timeout.
+	DefaultHTTPTimeout = 30 * time.Second
+	// MaxHTTPTimeout bounds the timeout a payload may ask for.
+	MaxHTTPTimeout = 15 * time.Minute
+	// maxRetryAfter caps the Retry-After hint passed on.
+	maxRetryAfter = 24 * time.Hour
+)
+
+// Response headers copied into the result.
+var resultHeaders = []string{"Content-Type", "Content-Length", "Location", "Etag", "Last-Modified", "Retry-After", "X-Request-Id"}
+
+// HTTPRequest is the payload of the http handler.
+type HTTPRequest struct {
+	Method  string            `json:"method"`
+	URL     string            `json:"url"`
+	Headers map[string]string `json:"headers"`
+	// Body is sent as is when it is a JSON string, else as JSON (with
+	// Content-Type application/json unless a header sets one).
+	Body    json.RawMessage `json:"body"`
+	Timeout schema.Duration `json:"timeout"`
+}
+
+// HTTPResult is the result of a 2xx answer.
+type HTTPResult struct {
+	Status    int               `json:"status"`
+	Headers   map[string]string `json:"headers,omitempty"`
+	Body      any               `json:"body,omitempty"`
+	Truncated bool              `json:"truncated,omitempty"`
+}
+
+// HTTP is the http handler.
+type HTTP struct {
+	client *http.Client
+}
+
+// NewHTTP returns the http handler, its client guarded against SSRF.
+func NewHTTP(o Options) *HTTP {
+	return &HTTP{client: outbound.NewClient(outbound.Options{Allow: o.Allow, Timeout: MaxHTTPTimeout})}
+}
+
+// Handle runs one http job.
+func (h *HTTP) Handle(ctx context.Context, job *workertype.Job) (any, error) {
+	var p HTTPRequest
+	if err := decode(job, &p); err != nil {
+		return nil, err
+	}
+	req, timeout, err := p.build(ctx)
+	if err != nil {
+		return nil, workertype.Permanent(fmt.Errorf("http: %w", err))
+	}
+	ctx, cancel := context.WithTimeoutCause(ctx, timeout, errRequestTimeout)
+	defer cancel()
+	req = req.WithContext(ctx)
+	req.Header.Set("Ferry-Job-Id", job.ID)
+	req.Header.Set("Ferry-Attempt", strconv.Itoa(job.Attempt))
+	if req.Header.Get("User-Agent") == "" {
+		req.Header.Set("User-Agent", "ferry-worker")
+	}
+
+	resp, err := h.client.Do(req)
+	if err != nil {
+		switch {
+		case errors.Is(err, outbound.ErrBlocked):
+			return nil, workertype.Permanent(fmt.Errorf("http: %w", err))
+		case errors.Is(err, outbound.ErrTooManyRedirects):
+			return nil, workertype.Permanent(fmt.Errorf("http: %w", err))
+		case errors.Is(context.Cause(ctx), errRequestTimeout):
+			return nil, fmt.Errorf("http: %s %s: no answer within %s: %w", p.Method, redact(req.URL), timeout, context.DeadlineExceeded)
+		case ctx.Err() != nil:
+			// The job was cancelled or timed out: the runtime reports it.
+			return nil, ctx.Err()
+		}
+		return nil, workertype.Retryable(fmt.Errorf("http: %s %s: %w", req.Method, redact(req.URL), unwrapURLError(err)), 0)
+	}
+	defer resp.Body.Close()
+	body, truncated, rerr := outbound.ReadBody(resp.Body, MaxResponseBody)
+
+	switch code := resp.StatusCode; {
+	case code >= 200 && code < 300:
+		if rerr != nil {
+			return nil, workertype.Retryable(fmt.Errorf("http: reading response: %w", rerr), 0)
+		}
+		return resultOf(resp, body, truncated), nil
+	case code == http.StatusRequestTimeout || code == http.StatusTooManyRequests || code >= 500:
+		return nil, workertype.Retryable(statusError(req, resp, body), retryAfter(resp.Header.Get("Retry-After"), time.Now()))
+	default:
+		return nil, workertype.Permanent(statusError(req, resp, body))
+	}
+}
+
+var errRequestTimeout = errors.New("http: request timeout")
+
+func (p HTTPRequest) build(ctx context.Context) (*http.Request, time.Duration, error) {
+	u, err := url.Parse(p.URL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, 0, fmt.Errorf("url must be an absolute http or https URL, got %q", p.URL)
+	}
+	method := strings.ToUpper(strings.TrimSpace(p.Method))
+	if method == "" {
+		method = http.MethodGet
+		if len(p.Body) > 0 && string(p.Body) != "null" {
+			method = http.MethodPost
+		}
+	}
+	timeout := p.Timeout.D()
+	switch {
+	case timeout < 0:
+		return nil, 0, errors.New("timeout must be positive")
+	case timeout == 0:
+		timeout = DefaultHTTPTimeout
+	case timeout > MaxHTTPTimeout:
+		timeout = MaxHTTPTimeout
+	}
+	var body io.Reader
+	contentType := ""
+	if len(p.Body) > 0 && string(p.Body) != "null" {
+		var s string
+		if json.Unmarshal(p.Body, &s) == nil {
+			body = strings.NewReader(s)
+		} else {
+			body = bytes.NewReader(p.Body)
+			contentType = "application/json"
+		}
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u.String(), body)
+	if err != nil {
+		return nil, 0, err
+	}
+	for k, v := range p.Headers {
+		req.Header.Set(k, v)
+	}
+	if contentType != "" && req.Header.Get("Content-Type") == "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	return req, timeout, nil
+}
+
+func resultOf(resp *http.Response, body []byte, truncated bool) HTTPResult {
+	res := HTTPResult{Status: resp.StatusCode, Truncated: truncated, Headers: map[string]string{}}
+	for _, k := range resultHeaders {
+		if v := resp.Header.Get(k); v != "" {
+			res.Headers[k] = v
+		}
+	}
+	if len(body) == 0 {
+		return res
+	}
+	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	if !truncated && (mt == "application/json" || strings.HasSuffix(mt, "+json")) && json.Valid(body) {
+		res.Body = json.RawMessage(body)
+	} else {
+		res.Body = strings.ToValidUTF8(string(body), string(utf8.RuneError))
+	}
+	return res
+}
+
+func statusError(req *http.Request, resp *http.Response, body []byte) error {
+	snippet := strings.TrimSpace(strings.ToValidUTF8(string(body[:min(len(body), 512)]), ""))
+	if snippet != "" {
+		snippet = ": " + snippet
+	}
+	return fmt.Errorf("http: %s %s answered %s%s", req.Method, redact(req.URL), resp.Status, snippet)
+}
+
+// retryAfter parses a Retry-After header: delay-seconds or an HTTP date.
+func retryAfter(v string, now time.Time) time.Duration {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0
+	}
+	var d time.Duration
+	if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+		if n <= 0 {
+			return 0
+		}
+		if n > int64(maxRetryAfter/time.Second) {
+			return maxRetryAfter
+		}
+		d = time.Duration(n) * time.Second
+	} else if t, err := http.ParseTime(v); err == nil {
+		d = t.Sub(now)
+	}
+	return min(max(d, 0), maxRetryAfter)
+}
+
+// redact drops credentials and the query from a URL shown in an error.
+func redact(u *url.URL) string {
+	c := *u
+	c.User = nil
+	c.RawQuery = ""
+	c.Fragment = ""
+	return c.String()
+}
+
+func unwrapURLError(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err
+	}
+	return err
+}

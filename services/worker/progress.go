@@ -1,0 +1,107 @@
+package worker
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/ferryhq/ferry/events/schema"
+)
+
+// reporter coalesces a job's progress reports into at most one progress
+// event per Config.ProgressInterval (always sending the last report) and
+// sends a heartbeat every Config.Heartbeat.
+type reporter struct {
+	mu      sync.Mutex
+	percent float64
+	message string
+	dirty   bool
+
+	notify chan struct{}
+	done   chan struct{}
+	exited chan struct{}
+}
+
+func (s *Service) startReporter(ctx context.Context, d schema.Dispatch) *reporter {
+	r := &reporter{notify: make(chan struct{}, 1), done: make(chan struct{}), exited: make(chan struct{})}
+	go r.loop(ctx, s, d)
+	return r
+}
+
+func (r *reporter) report(percent float64, message string) {
+	r.mu.Lock()
+	r.percent, r.message, r.dirty = percent, message, true
+	r.mu.Unlock()
+	select {
+	case r.notify <- struct{}{}:
+	default:
+	}
+}
+
+// stop flushes a pending report and waits for the loop to end.
+func (r *reporter) stop() {
+	close(r.done)
+	<-r.exited
+}
+
+func (r *reporter) loop(ctx context.Context, s *Service, d schema.Dispatch) {
+	defer close(r.exited)
+	hb := time.NewTicker(s.cfg.Heartbeat)
+	defer hb.Stop()
+	var last time.Time
+	var wait *time.Timer
+	var waitC <-chan time.Time
+	send := func(force bool) {
+		r.mu.Lock()
+		if !r.dirty && !force {
+			r.mu.Unlock()
+			return
+		}
+		p := &schema.Progress{JobRef: d.JobRef, WorkerID: s.cfg.WorkerID, DispatchID: d.DispatchID,
+			Percent: r.percent, Message: r.message, At: time.Now().UTC()}
+		r.dirty = false
+		r.mu.Unlock()
+		s.produceAsync(ctx, p)
+		last = time.Now()
+	}
+	// maybeSend sends now if the last event is old enough, else makes sure
+	// a timer will send when it is.
+	maybeSend := func() {
+		since := time.Since(last)
+		if since >= s.cfg.ProgressInterval {
+			if waitC != nil {
+				wait.Stop()
+				waitC = nil
+			}
+			send(false)
+			return
+		}
+		if waitC == nil {
+			wait = time.NewTimer(s.cfg.ProgressInterval - since)
+			waitC = wait.C
+		}
+	}
+	defer func() {
+		if wait != nil {
+			wait.Stop()
+		}
+	}()
+	for {
+		select {
+		case <-r.done:
+			send(false)
+			return
+		case <-r.notify:
+			maybeSend()
+		case <-waitC:
+			waitC = nil
+			maybeSend()
+		case <-hb.C:
+			// A heartbeat extends the lease; a progress event sent
+			// recently already did.
+			if time.Since(last) >= s.cfg.Heartbeat/2 {
+				send(true)
+			}
+		}
+	}
+}

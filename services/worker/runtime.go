@@ -1,0 +1,646 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/plugin/kotel"
+
+	"github.com/ferryhq/ferry/events/schema"
+	"github.com/ferryhq/ferry/platform/kafkax"
+	"github.com/ferryhq/ferry/platform/service"
+	"github.com/ferryhq/ferry/services/worker/internal/recent"
+)
+
+const source = "ferry/worker"
+
+// Causes of a handler context being cancelled by the runtime.
+var (
+	errJobCancelled = errors.New("worker: job cancelled")
+	errJobTimeout   = errors.New("worker: job timed out")
+	errShutdown     = errors.New("worker: worker stopping")
+)
+
+// terminalTimeout bounds the wait for a completed/failed acknowledgement.
+const terminalTimeout = 30 * time.Second
+
+// Service is a running worker; it implements service.Component.
+type Service struct {
+	deps   *service.Deps
+	cfg    Config
+	reg    *Registry
+	log    *slog.Logger
+	tracer *kotel.Tracer
+	prod   *kgo.Client
+
+	dispatchTopic string
+	workersTopic  string
+
+	ran atomic.Bool
+
+	// consumer is the dispatch consumer while Run runs.
+	consumer *kgo.Client
+	queue    chan queued
+	room     chan struct{}
+	stopping chan struct{}
+
+	mu         sync.Mutex
+	running    map[string]*run // by job id
+	seen       *recent.Map[string, seenJob]
+	assigned   map[int32]uint64 // dispatch partition → assignment generation
+	gen        uint64
+	handedBack []schema.JobRef
+	abandoned  bool // Run gave up waiting; late finishers report nothing
+}
+
+type queued struct {
+	rec *kgo.Record
+	gen uint64
+}
+
+// seenJob is what the worker remembers of a job it ran or saw cancelled.
+type seenJob struct {
+	attempt    int
+	dispatchID string
+	completed  bool
+	cancelled  bool
+}
+
+// run is one running attempt.
+type run struct {
+	ref        schema.JobRef
+	dispatchID string
+	cancel     context.CancelCauseFunc
+	abandoned  bool
+}
+
+func newService(deps *service.Deps, cfg Config, reg *Registry, log *slog.Logger) *Service {
+	return &Service{
+		deps:          deps,
+		cfg:           cfg,
+		reg:           reg,
+		log:           log,
+		tracer:        kafkax.Tracer(),
+		prod:          deps.Kafka,
+		dispatchTopic: deps.Topics.Dispatch(cfg.Pool),
+		workersTopic:  deps.Topics.Workers(),
+		queue:         make(chan queued, cfg.QueueSize),
+		room:          make(chan struct{}, 1),
+		stopping:      make(chan struct{}),
+		running:       map[string]*run{},
+		seen:          recent.New[string, seenJob](cfg.RememberJobs),
+		assigned:      map[int32]uint64{},
+	}
+}
+
+// Run consumes dispatches and runs their handlers until ctx is done, then
+// stops gracefully: it stops fetching, lets running handlers finish within
+// Config.Grace, cancels and hands back the rest (and every dispatch not yet
+// started) in a final WorkerStatus, flushes the producer, commits offsets
+// and returns nil. Run may be called once.
+func (s *Service) Run(ctx context.Context) error {
+	if !s.ran.CompareAndSwap(false, true) {
+		return errors.New("worker: Run called twice")
+	}
+	cancels, err := s.newCancelConsumer(ctx)
+	if err != nil {
+		return err
+	}
+	defer cancels.Close()
+	consumer, err := kafkax.NewClient(s.deps.KafkaConfig("worker-"+s.cfg.Pool),
+		append(kafkax.MarkedGroup("ferry-worker-"+s.cfg.Pool, s.dispatchTopic),
+			kgo.OnPartitionsAssigned(s.onAssigned),
+			kgo.OnPartitionsRevoked(s.onRevoked),
+			kgo.OnPartitionsLost(s.onLost),
+		)...)
+	if err != nil {
+		return err
+	}
+	s.consumer = consumer
+	defer consumer.Close()
+
+	// Handlers run under hardCtx, not ctx: they may finish during the grace.
+	hardCtx, hardCancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	defer hardCancel(nil)
+
+	var runners sync.WaitGroup
+	for range s.cfg.Concurrency {
+		runners.Go(func() { s.runner(hardCtx) })
+	}
+	bgCtx, bgStop := context.WithCancel(context.WithoutCancel(ctx))
+	var bg sync.WaitGroup
+	bg.Go(func() { s.cancelLoop(bgCtx, cancels) })
+	statusCtx, statusStop := context.WithCancel(bgCtx)
+	var status sync.WaitGroup
+	status.Go(func() { s.statusLoop(statusCtx) })
+
+	s.log.Info("worker started", "concurrency", s.cfg.Concurrency, "topic", s.dispatchTopic, "handlers", s.reg.Types())
+	s.pollLoop(ctx)
+
+	// Graceful stop.
+	consumer.PauseFetchTopics(s.dispatchTopic)
+	close(s.stopping)
+	statusStop()
+	status.Wait()
+	s.announce(context.WithoutCancel(ctx), true, nil)
+	done := make(chan struct{})
+	go func() { runners.Wait(); close(done) }()
+	grace := time.NewTimer(s.cfg.Grace)
+	select {
+	case <-done:
+		grace.Stop()
+	case <-grace.C:
+		s.log.Warn("grace period over: cancelling running handlers", "running", s.runningCount())
+		hardCancel(errShutdown)
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			s.log.Error("handlers ignore cancellation; handing their jobs back anyway", "running", s.runningCount())
+		}
+	}
+	s.mu.Lock()
+	s.abandoned = true
+	for _, r := range s.running {
+		if !r.abandoned {
+			r.abandoned = true
+			s.handedBack = append(s.handedBack, r.ref)
+		}
+	}
+	s.mu.Unlock()
+	// Dispatches never started are handed back too; commit past them so
+	// no other worker re-reads them: the scheduler re-dispatches them.
+drain:
+	for {
+		select {
+		case q := <-s.queue:
+			if d, ok := s.decode(q.rec); ok {
+				s.mu.Lock()
+				s.handedBack = append(s.handedBack, d.JobRef)
+				s.mu.Unlock()
+			}
+			consumer.MarkCommitRecords(q.rec)
+		default:
+			break drain
+		}
+	}
+	s.mu.Lock()
+	handedBack := slices.Clone(s.handedBack)
+	s.mu.Unlock()
+
+	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	s.announce(stopCtx, true, handedBack)
+	if err := s.prod.Flush(stopCtx); err != nil {
+		s.log.Error("flushing producer", "err", err)
+	}
+	if err := consumer.CommitMarkedOffsets(stopCtx); err != nil {
+		s.log.Error("committing offsets", "err", err)
+	}
+	bgStop()
+	bg.Wait()
+	s.log.Info("worker stopped", "handed_back", len(handedBack))
+	return nil
+}
+
+// newCancelConsumer reads the cancelled topic from its current end, with no
+// group: every worker sees every cancellation. The end offsets are listed
+// before Run starts work so no cancellation after that point is missed.
+func (s *Service) newCancelConsumer(ctx context.Context) (*kgo.Client, error) {
+	topic := s.deps.Topics.Lifecycle(schema.EventCancelled)
+	ends, err := kadm.NewClient(s.prod).ListEndOffsets(ctx, topic)
+	if err == nil {
+		err = ends.Error()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("worker: list end offsets of %s: %w", topic, err)
+	}
+	return kafkax.NewClient(s.deps.KafkaConfig("worker-cancel-"+s.cfg.Pool),
+		kgo.ConsumePartitions(ends.KOffsets()),
+		kgo.FetchMaxWait(250*time.Millisecond),
+	)
+}
+
+func (s *Service) cancelLoop(ctx context.Context, cl *kgo.Client) {
+	for {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil || fs.IsClientClosed() {
+			return
+		}
+		fs.EachError(func(t string, p int32, err error) {
+			s.log.Warn("fetching cancellations", "topic", t, "partition", p, "err", err)
+		})
+		fs.EachRecord(func(rec *kgo.Record) {
+			ev, err := schema.Decode(rec)
+			if err != nil {
+				s.log.Warn("skipping undecodable cancellation", "offset", rec.Offset, "err", err)
+				return
+			}
+			if c, ok := ev.Data.(schema.Cancelled); ok {
+				s.cancelJob(c)
+			}
+		})
+	}
+}
+
+func (s *Service) cancelJob(c schema.Cancelled) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sj, _ := s.seen.Get(c.JobID)
+	sj.cancelled = true
+	sj.attempt = max(sj.attempt, c.Attempt)
+	s.seen.Put(c.JobID, sj)
+	if r, ok := s.running[c.JobID]; ok {
+		s.log.Info("cancelling running job", "job_id", c.JobID, "attempt", r.ref.Attempt)
+		r.cancel(errJobCancelled)
+	}
+}
+
+// pollLoop fetches dispatches into the bounded queue until ctx is done. It
+// never fetches more than the queue has room for; while the queue is full it
+// pauses fetching the dispatch topic (group heartbeats go on in the
+// background) and resumes as soon as a runner frees room.
+func (s *Service) pollLoop(ctx context.Context) {
+	paused := false
+	for ctx.Err() == nil {
+		free := cap(s.queue) - len(s.queue)
+		if free <= 0 {
+			if !paused {
+				s.consumer.PauseFetchTopics(s.dispatchTopic)
+				paused = true
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-s.room:
+			}
+			continue
+		}
+		if paused {
+			s.consumer.ResumeFetchTopics(s.dispatchTopic)
+			paused = false
+		}
+		fs := s.consumer.PollRecords(ctx, free)
+		if ctx.Err() != nil || fs.IsClientClosed() {
+			// Records of this last poll are not queued nor marked: the
+			// next owner of their partitions reads them again.
+			return
+		}
+		fs.EachError(func(t string, p int32, err error) {
+			s.log.Warn("fetching dispatches", "topic", t, "partition", p, "err", err)
+		})
+		s.mu.Lock()
+		var qs []queued
+		fs.EachRecord(func(rec *kgo.Record) {
+			qs = append(qs, queued{rec: rec, gen: s.assigned[rec.Partition]})
+		})
+		s.mu.Unlock()
+		for _, q := range qs {
+			s.queue <- q // never blocks: only the poll loop sends, within free
+		}
+	}
+}
+
+func (s *Service) onAssigned(_ context.Context, _ *kgo.Client, m map[string][]int32) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, p := range m[s.dispatchTopic] {
+		s.gen++
+		s.assigned[p] = s.gen
+	}
+}
+
+func (s *Service) onLost(_ context.Context, _ *kgo.Client, m map[string][]int32) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, p := range m[s.dispatchTopic] {
+		delete(s.assigned, p)
+	}
+}
+
+// onRevoked forgets the revoked partitions (queued dispatches of theirs are
+// dropped unstarted: the next owner reads them from the committed offset)
+// and commits what was marked.
+func (s *Service) onRevoked(ctx context.Context, cl *kgo.Client, m map[string][]int32) {
+	s.onLost(ctx, cl, m)
+	if err := cl.CommitMarkedOffsets(ctx); err != nil {
+		s.log.Warn("committing offsets on revoke", "err", err)
+	}
+}
+
+func (s *Service) runner(hardCtx context.Context) {
+	for {
+		select {
+		case <-s.stopping:
+			return
+		case q := <-s.queue:
+			select {
+			case s.room <- struct{}{}:
+			default:
+			}
+			select {
+			case <-s.stopping:
+				// Stop began while this one was taken: hand it back.
+				s.queue <- q
+				return
+			default:
+			}
+			s.process(hardCtx, q)
+		}
+	}
+}
+
+func (s *Service) decode(rec *kgo.Record) (schema.Dispatch, bool) {
+	ev, err := schema.Decode(rec)
+	if err != nil {
+		s.log.Warn("skipping undecodable dispatch", "partition", rec.Partition, "offset", rec.Offset, "err", err)
+		return schema.Dispatch{}, false
+	}
+	d, ok := ev.Data.(schema.Dispatch)
+	if !ok {
+		s.log.Warn("skipping unexpected record on dispatch topic", "type", ev.Type, "offset", rec.Offset)
+	}
+	return d, ok
+}
+
+// isV7 reports whether id looks like a canonical UUIDv7, whose string order
+// is its creation order.
+func isV7(id string) bool { return len(id) == 36 && id[14] == '7' }
+
+// dropReasonLocked says why d must not run, or "".
+func (s *Service) dropReasonLocked(d schema.Dispatch) string {
+	if r, ok := s.running[d.JobID]; ok {
+		if d.Attempt < r.ref.Attempt || (d.Attempt == r.ref.Attempt && isV7(d.DispatchID) && isV7(r.dispatchID) && d.DispatchID < r.dispatchID) {
+			return "older than the running dispatch"
+		}
+		return "job already running"
+	}
+	sj, ok := s.seen.Get(d.JobID)
+	switch {
+	case !ok:
+		return ""
+	case sj.completed:
+		return "job already completed"
+	case sj.cancelled && d.Attempt <= sj.attempt:
+		return "job cancelled"
+	case d.DispatchID == sj.dispatchID:
+		return "dispatch already run"
+	case d.Attempt < sj.attempt, d.Attempt == sj.attempt && isV7(d.DispatchID) && isV7(sj.dispatchID) && d.DispatchID < sj.dispatchID:
+		return "older than a dispatch already run"
+	}
+	return ""
+}
+
+// process runs one dispatch, from dedup to its acknowledged terminal event.
+func (s *Service) process(hardCtx context.Context, q queued) {
+	d, ok := s.decode(q.rec)
+	if !ok {
+		s.consumer.MarkCommitRecords(q.rec)
+		return
+	}
+	log := s.log.With("job_id", d.JobID, "attempt", d.Attempt, "dispatch_id", d.DispatchID)
+	s.mu.Lock()
+	if g, ok := s.assigned[q.rec.Partition]; !ok || g != q.gen {
+		s.mu.Unlock()
+		log.Debug("dropping dispatch of a revoked partition")
+		return
+	}
+	if reason := s.dropReasonLocked(d); reason != "" {
+		s.mu.Unlock()
+		log.Info("dropping dispatch", "reason", reason)
+		s.consumer.MarkCommitRecords(q.rec)
+		return
+	}
+	r := &run{ref: d.JobRef, dispatchID: d.DispatchID}
+	s.running[d.JobID] = r
+	s.seen.Put(d.JobID, seenJob{attempt: d.Attempt, dispatchID: d.DispatchID})
+	s.mu.Unlock()
+	s.consumer.MarkCommitRecords(q.rec)
+
+	traceCtx, span := s.tracer.WithProcessSpan(q.rec)
+	defer span.End()
+	traceCtx = context.WithoutCancel(traceCtx)
+
+	startedAt := time.Now().UTC()
+	if d.Job.NotAfter != nil && startedAt.After(*d.Job.NotAfter) {
+		s.finish(traceCtx, r, &schema.Failed{
+			JobRef: d.JobRef, WorkerID: s.cfg.WorkerID, DispatchID: d.DispatchID,
+			Error:     schema.ErrorInfo{Class: schema.ClassExpired, Message: "not_after passed before the job started"},
+			StartedAt: startedAt, FinishedAt: startedAt,
+		}, false, log)
+		return
+	}
+
+	jobCtx, cancel := context.WithCancelCause(traceCtx)
+	defer cancel(nil)
+	stopHard := context.AfterFunc(hardCtx, func() { cancel(context.Cause(hardCtx)) })
+	defer stopHard()
+	if t := d.Job.Timeout.D(); t > 0 {
+		var cancelT context.CancelFunc
+		jobCtx, cancelT = context.WithTimeoutCause(jobCtx, t, errJobTimeout)
+		defer cancelT()
+	}
+	s.mu.Lock()
+	r.cancel = cancel
+	cancelled := false
+	if sj, _ := s.seen.Get(d.JobID); sj.cancelled {
+		cancelled = true
+	}
+	s.mu.Unlock()
+	if cancelled {
+		cancel(errJobCancelled)
+	}
+
+	s.produceAsync(traceCtx, &schema.Started{JobRef: d.JobRef, WorkerID: s.cfg.WorkerID, DispatchID: d.DispatchID, StartedAt: startedAt})
+	rep := s.startReporter(traceCtx, d)
+	job := NewJob(Job{
+		ID: d.JobID, TenantID: d.TenantID, Attempt: d.Attempt, Type: d.Job.Type, Queue: d.Job.Queue,
+		Payload: d.Job.Payload, Tags: d.Job.Tags, DispatchID: d.DispatchID,
+	}, rep.report)
+
+	h, found := s.reg.Lookup(d.Job.Type)
+	if !found {
+		h = func(context.Context, *Job) (any, error) {
+			return nil, Permanent(fmt.Errorf("no handler registered for job type %q on pool %s", d.Job.Type, s.cfg.Pool))
+		}
+	}
+	result, herr := call(jobCtx, h, job)
+	finishedAt := time.Now().UTC()
+	rep.stop()
+
+	cause := context.Cause(jobCtx)
+	base := schema.Failed{JobRef: d.JobRef, WorkerID: s.cfg.WorkerID, DispatchID: d.DispatchID, StartedAt: startedAt, FinishedAt: finishedAt}
+	switch {
+	case herr == nil:
+		s.finish(traceCtx, r, &schema.Completed{
+			JobRef: d.JobRef, WorkerID: s.cfg.WorkerID, DispatchID: d.DispatchID,
+			Result: s.encodeResult(result, log), StartedAt: startedAt, FinishedAt: finishedAt,
+		}, true, log)
+	case errors.Is(cause, errShutdown):
+		s.mu.Lock()
+		if !r.abandoned {
+			r.abandoned = true
+			s.handedBack = append(s.handedBack, d.JobRef)
+		}
+		delete(s.running, d.JobID)
+		s.mu.Unlock()
+		log.Info("handing back job stopped by shutdown")
+	case errors.Is(cause, errJobCancelled):
+		base.Error = schema.ErrorInfo{Class: schema.ClassCancelled, Message: "job cancelled while running"}
+		s.finish(traceCtx, r, &base, false, log)
+	case errors.Is(cause, errJobTimeout):
+		base.Error = schema.ErrorInfo{Class: schema.ClassTimeout, Message: fmt.Sprintf("job exceeded its timeout of %s: %v", d.Job.Timeout.D(), herr)}
+		s.finish(traceCtx, r, &base, false, log)
+	default:
+		class, retryAfter := ClassOf(herr)
+		base.Error = schema.ErrorInfo{Class: class, Message: truncate(herr.Error(), 4096)}
+		base.RetryAfter = schema.Duration(retryAfter)
+		s.finish(traceCtx, r, &base, false, log)
+	}
+}
+
+// call runs h, turning a panic into an app_error.
+func call(ctx context.Context, h HandlerFunc, job *Job) (result any, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			result, err = nil, &PanicError{Value: v}
+		}
+	}()
+	return h(ctx, job)
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return strings.ToValidUTF8(s[:n], "") + "…"
+}
+
+func (s *Service) encodeResult(result any, log *slog.Logger) json.RawMessage {
+	if result == nil {
+		return nil
+	}
+	var b []byte
+	var err error
+	switch v := result.(type) {
+	case json.RawMessage:
+		if json.Valid(v) {
+			b = v
+		} else {
+			b, err = json.Marshal(string(v))
+		}
+	default:
+		b, err = json.Marshal(v)
+	}
+	if err != nil {
+		log.Warn("result is not JSON-encodable", "err", err)
+		b, _ = json.Marshal(map[string]any{"error": "result is not JSON-encodable: " + err.Error()})
+	}
+	if len(b) > s.cfg.MaxResultBytes {
+		log.Warn("result too large; replaced", "bytes", len(b), "limit", s.cfg.MaxResultBytes)
+		b, _ = json.Marshal(map[string]any{"truncated": true, "bytes": len(b), "limit": s.cfg.MaxResultBytes})
+	}
+	return b
+}
+
+// finish produces the terminal event and waits for its acknowledgement
+// before the slot counts as free.
+func (s *Service) finish(ctx context.Context, r *run, data schema.Lifecycle, completed bool, log *slog.Logger) {
+	s.mu.Lock()
+	skip := r.abandoned
+	s.mu.Unlock()
+	if !skip {
+		rec, err := schema.NewRecord(s.deps.Topics.Lifecycle(data.EventType()), source, data)
+		if err == nil {
+			pctx, cancel := context.WithTimeout(ctx, terminalTimeout)
+			err = s.prod.ProduceSync(pctx, rec).FirstErr()
+			cancel()
+		}
+		if err != nil {
+			log.Error("producing terminal event", "event", data.EventType(), "err", err)
+		} else if f, ok := data.(*schema.Failed); ok {
+			log.Info("job failed", "class", f.Error.Class, "err", f.Error.Message)
+		} else {
+			log.Debug("job completed")
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.running[r.ref.JobID] == r {
+		delete(s.running, r.ref.JobID)
+	}
+	if completed {
+		sj, _ := s.seen.Get(r.ref.JobID)
+		sj.completed, sj.attempt, sj.dispatchID = true, r.ref.Attempt, r.dispatchID
+		s.seen.Put(r.ref.JobID, sj)
+	}
+}
+
+func (s *Service) produceAsync(ctx context.Context, data schema.Data) {
+	var topic string
+	if l, ok := data.(schema.Lifecycle); ok {
+		topic = s.deps.Topics.Lifecycle(l.EventType())
+	} else {
+		topic = s.workersTopic
+	}
+	rec, err := schema.NewRecord(topic, source, data)
+	if err != nil {
+		s.log.Error("encoding event", "type", data.CEType(), "err", err)
+		return
+	}
+	s.prod.Produce(ctx, rec, func(r *kgo.Record, err error) {
+		if err != nil {
+			s.log.Warn("producing event", "topic", r.Topic, "subject", string(r.Key), "err", err)
+		}
+	})
+}
+
+func (s *Service) runningCount() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.running)
+}
+
+func (s *Service) statusLoop(ctx context.Context) {
+	s.announce(ctx, false, nil)
+	t := time.NewTicker(s.cfg.StatusInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			s.announce(ctx, false, nil)
+		}
+	}
+}
+
+// announce publishes the worker's slots. A stopping announcement has no
+// slots and is waited for.
+func (s *Service) announce(ctx context.Context, stopping bool, handedBack []schema.JobRef) {
+	st := &schema.WorkerStatus{
+		WorkerID: s.cfg.WorkerID, Pool: s.cfg.Pool, Slots: s.cfg.Concurrency, Running: s.runningCount(),
+		At: time.Now().UTC(), Stopping: stopping, HandedBack: handedBack,
+	}
+	if !stopping {
+		s.produceAsync(ctx, st)
+		return
+	}
+	st.Slots = 0
+	rec, err := schema.NewRecord(s.workersTopic, source, st)
+	if err == nil {
+		err = s.prod.ProduceSync(ctx, rec).FirstErr()
+	}
+	if err != nil {
+		s.log.Error("announcing stop", "err", err)
+	}
+}

@@ -1,0 +1,176 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"os"
+	"slices"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/ferryhq/ferry/events/schema"
+	"github.com/ferryhq/ferry/platform/config"
+	"github.com/ferryhq/ferry/platform/service"
+	"github.com/ferryhq/ferry/services/worker/handlers"
+)
+
+// Config configures a worker.
+type Config struct {
+	// Pool is the pool this worker serves (short or long); it consumes
+	// <prefix>jobs.dispatch.<pool> in group ferry-worker-<pool>. Defaults to short.
+	Pool string
+	// Concurrency is how many handlers run at once. Defaults to 64.
+	Concurrency int
+	// QueueSize bounds the dispatches fetched but not yet started; while it
+	// is full the worker pauses fetching. Defaults to Concurrency.
+	QueueSize int
+	// WorkerID identifies this worker in events. Defaults to hostname-pid.
+	WorkerID string
+	// Grace is how long running handlers may take to finish once Run's
+	// context is done; the rest are cancelled and handed back. Defaults to 25s.
+	Grace time.Duration
+	// Heartbeat is how often a running job reports progress (its lease
+	// heartbeat). Defaults to 5s.
+	Heartbeat time.Duration
+	// ProgressInterval is the shortest gap between two progress events of
+	// one job; reports in between are coalesced. Defaults to 100ms.
+	ProgressInterval time.Duration
+	// StatusInterval is how often the worker announces its slots on the
+	// workers topic. Defaults to 1s.
+	StatusInterval time.Duration
+	// MaxResultBytes bounds a result's JSON; a larger result is replaced by
+	// {"truncated": true, "bytes": N}. Defaults to 64 KiB.
+	MaxResultBytes int
+	// RememberJobs is how many recently run jobs the worker remembers to
+	// drop late or repeated dispatches. Defaults to 100000.
+	RememberJobs int
+	// OutboundAllow are the prefixes the built-in http handler may reach
+	// despite the SSRF guard. Defaults to none.
+	OutboundAllow []netip.Prefix
+}
+
+// WithDefaults returns c with zero fields set to their defaults.
+func (c Config) WithDefaults() Config {
+	if c.Pool == "" {
+		c.Pool = schema.PoolShort
+	}
+	if c.Concurrency == 0 {
+		c.Concurrency = 64
+	}
+	if c.QueueSize == 0 {
+		c.QueueSize = c.Concurrency
+	}
+	if c.WorkerID == "" {
+		host, _ := os.Hostname()
+		if host == "" {
+			host = "worker"
+		}
+		c.WorkerID = fmt.Sprintf("%s-%d", host, os.Getpid())
+	}
+	if c.Grace == 0 {
+		c.Grace = 25 * time.Second
+	}
+	if c.Heartbeat == 0 {
+		c.Heartbeat = 5 * time.Second
+	}
+	if c.ProgressInterval == 0 {
+		c.ProgressInterval = 100 * time.Millisecond
+	}
+	if c.StatusInterval == 0 {
+		c.StatusInterval = time.Second
+	}
+	if c.MaxResultBytes == 0 {
+		c.MaxResultBytes = 64 << 10
+	}
+	if c.RememberJobs == 0 {
+		c.RememberJobs = 100_000
+	}
+	return c
+}
+
+// Validate reports settings that cannot work.
+func (c Config) Validate() error {
+	var errs []error
+	if !slices.Contains(schema.Pools, c.Pool) {
+		errs = append(errs, fmt.Errorf("FERRY_WORKER_POOL %q: use one of %v", c.Pool, schema.Pools))
+	}
+	if c.Concurrency < 1 {
+		errs = append(errs, errors.New("FERRY_WORKER_CONCURRENCY must be ≥ 1"))
+	}
+	if c.QueueSize < 1 {
+		errs = append(errs, errors.New("worker queue size must be ≥ 1"))
+	}
+	if c.Grace < 0 || c.Heartbeat <= 0 || c.ProgressInterval <= 0 || c.StatusInterval <= 0 {
+		errs = append(errs, errors.New("FERRY_WORKER_GRACE must be ≥ 0 and FERRY_WORKER_HEARTBEAT > 0"))
+	}
+	return errors.Join(errs...)
+}
+
+// LoadConfig reads the worker's settings.
+func LoadConfig(l *config.Loader) Config {
+	return Config{
+		Pool:          l.String("FERRY_WORKER_POOL"),
+		Concurrency:   l.Int("FERRY_WORKER_CONCURRENCY"),
+		WorkerID:      l.String("FERRY_WORKER_ID"),
+		Grace:         l.Duration("FERRY_WORKER_GRACE"),
+		Heartbeat:     l.Duration("FERRY_WORKER_HEARTBEAT"),
+		OutboundAllow: l.Prefixes("FERRY_OUTBOUND_ALLOW"),
+	}
+}
+
+// Needs are the connections a worker uses: Kafka only.
+var Needs = service.Needs{Kafka: true}
+
+// Build is the service.Builder of a worker with the built-in handlers.
+func Build(ctx context.Context, deps *service.Deps, l *config.Loader) (service.Component, error) {
+	return BuildWith(nil)(ctx, deps, l)
+}
+
+// BuildWith returns a service.Builder of a worker that runs the built-in
+// handlers plus those register adds (which may override built-ins). An
+// application's worker main is:
+//
+//	service.Main("worker", worker.Needs, worker.BuildWith(func(r *worker.Registry) {
+//		r.Register("email.send", sendEmail)
+//	}))
+func BuildWith(register func(*Registry)) service.Builder {
+	return func(_ context.Context, deps *service.Deps, l *config.Loader) (service.Component, error) {
+		cfg := LoadConfig(l).WithDefaults()
+		reg := NewRegistry()
+		handlers.Register(reg, handlers.Options{Allow: cfg.OutboundAllow})
+		if register != nil {
+			register(reg)
+		}
+		return New(deps, cfg, reg)
+	}
+}
+
+// New returns a worker running the handlers of reg. cfg gets its defaults
+// applied.
+func New(deps *service.Deps, cfg Config, reg *Registry) (*Service, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("worker: %w", err)
+	}
+	if deps == nil || deps.Kafka == nil {
+		return nil, errors.New("worker: deps.Kafka is required")
+	}
+	if reg == nil {
+		reg = NewRegistry()
+	}
+	log := deps.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	return newService(deps, cfg, reg, log.With("service", "worker", "worker_id", cfg.WorkerID, "pool", cfg.Pool)), nil
+}
+
+// Routes mounts nothing: a worker has no API of its own beyond the
+// /healthz, /readyz and /metrics every service serves.
+func (s *Service) Routes(chi.Router) {}
+
+var _ service.Component = (*Service)(nil)
