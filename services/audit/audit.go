@@ -1,0 +1,241 @@
+// Package audit is Ferry's audit service: the append-only, hash-chained
+// audit log of every lifecycle event, with compliance queries, export and
+// verification.
+//
+// # Projection
+//
+// The service consumes every lifecycle topic (group ferry-audit) through
+// platform/projection, so each batch of rows commits with its Kafka offsets
+// in one transaction: a crash neither loses nor doubles a row, and an event
+// delivered twice (same ce_id) is recorded once.
+//
+// # Hash chains
+//
+// Rows are chained per (tenant, topic, partition): each stores its seq in
+// its chain, the previous row's hash and its own hash, SHA-256 over a
+// canonical encoding of the row (internal/chain). The chain heads live in
+// audit_chain_heads, updated in the same transaction, so parallel consumers
+// never wait on one chain. GET /v1/audit/verify walks every chain.
+//
+// # Append-only and retention
+//
+// Triggers reject UPDATE, DELETE and TRUNCATE of audit rows for every role.
+// Rows are partitioned by month of occurred_at; the service creates
+// partitions ahead and drops whole partitions older than the retention,
+// recording per chain where the cut was (audit_chain_cuts) so verification
+// starts after it.
+package audit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/ferryhq/ferry/platform/auth"
+	"github.com/ferryhq/ferry/platform/config"
+	"github.com/ferryhq/ferry/platform/projection"
+	"github.com/ferryhq/ferry/platform/service"
+	"github.com/ferryhq/ferry/services/audit/internal/store"
+)
+
+// Needs lists the connections the service uses.
+var Needs = service.Needs{Postgres: true, Kafka: true}
+
+// ProjectionGroup is the consumer group (and offsets key) of the projection.
+const ProjectionGroup = "ferry-audit"
+
+// Config of the audit service.
+type Config struct {
+	// Retention is how long audit rows are kept: monthly partitions that
+	// end before now − Retention are dropped whole. Defaults to 8760h.
+	Retention time.Duration
+	// PartitionsAhead is how many months of partitions exist beyond the
+	// current one. Defaults to 3.
+	PartitionsAhead int
+	// MaintenanceInterval is how often partitions are created and expired
+	// ones dropped (also once at start). Defaults to 24h.
+	MaintenanceInterval time.Duration
+	// ProjectionBatch bounds the records applied per transaction.
+	// Defaults to 2000.
+	ProjectionBatch int
+	// PageLimit is the default page size of GET /v1/audit/events.
+	// Defaults to 100; MaxPageLimit (1000) caps the limit parameter.
+	PageLimit    int
+	MaxPageLimit int
+	// ExportBatch is the rows per query and per flush of an export.
+	// Defaults to 1000.
+	ExportBatch int
+	// VerifyBatch is the rows per query of a verification walk.
+	// Defaults to 5000.
+	VerifyBatch int
+	// Now is the clock. Defaults to time.Now.
+	Now func() time.Time
+}
+
+// WithDefaults returns c with zero fields set to their defaults.
+func (c Config) WithDefaults() Config {
+	if c.Retention == 0 {
+		c.Retention = 8760 * time.Hour
+	}
+	if c.PartitionsAhead == 0 {
+		c.PartitionsAhead = 3
+	}
+	if c.MaintenanceInterval == 0 {
+		c.MaintenanceInterval = 24 * time.Hour
+	}
+	if c.ProjectionBatch == 0 {
+		c.ProjectionBatch = 2000
+	}
+	if c.PageLimit == 0 {
+		c.PageLimit = 100
+	}
+	if c.MaxPageLimit == 0 {
+		c.MaxPageLimit = 1000
+	}
+	if c.ExportBatch == 0 {
+		c.ExportBatch = 1000
+	}
+	if c.VerifyBatch == 0 {
+		c.VerifyBatch = 5000
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c
+}
+
+// Validate reports settings that cannot work.
+func (c Config) Validate() error {
+	var errs []error
+	if c.Retention < 24*time.Hour {
+		errs = append(errs, errors.New("FERRY_AUDIT_RETENTION must be at least 24h"))
+	}
+	if c.PartitionsAhead < 1 || c.PartitionsAhead > 24 {
+		errs = append(errs, errors.New("audit: PartitionsAhead must be between 1 and 24"))
+	}
+	if c.MaintenanceInterval < time.Minute {
+		errs = append(errs, errors.New("audit: MaintenanceInterval must be at least 1m"))
+	}
+	if c.ProjectionBatch < 1 || c.PageLimit < 1 || c.MaxPageLimit < c.PageLimit || c.ExportBatch < 1 || c.VerifyBatch < 1 {
+		errs = append(errs, errors.New("audit: batch sizes and page limits must be positive, PageLimit ≤ MaxPageLimit"))
+	}
+	return errors.Join(errs...)
+}
+
+// LoadConfig reads the service's settings.
+func LoadConfig(l *config.Loader) Config {
+	return Config{Retention: l.Duration("FERRY_AUDIT_RETENTION")}
+}
+
+// Build is the service.Builder of this service.
+func Build(_ context.Context, deps *service.Deps, l *config.Loader) (service.Component, error) {
+	return New(deps, LoadConfig(l))
+}
+
+// Service is the running audit service.
+type Service struct {
+	deps  *service.Deps
+	cfg   Config
+	log   *slog.Logger
+	store *store.Store
+}
+
+var _ service.Component = (*Service)(nil)
+
+// New returns the service over deps (which must hold Postgres), applying
+// its migrations and creating the partitions it needs now.
+func New(deps *service.Deps, cfg Config) (*Service, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if deps.Postgres == nil {
+		return nil, errors.New("audit: needs Postgres")
+	}
+	log := deps.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	log = log.With("service", "audit")
+	ctx := context.Background()
+	if err := store.Migrate(ctx, deps.Postgres); err != nil {
+		return nil, fmt.Errorf("audit: %w", err)
+	}
+	s := &Service{deps: deps, cfg: cfg, log: log, store: store.New(deps.Postgres, log, cfg.Now)}
+	if _, err := s.ensurePartitions(ctx); err != nil {
+		// Not fatal: rows land in the default partition meanwhile.
+		log.Error("audit: creating partitions", "err", err)
+	}
+	return s, nil
+}
+
+// Routes registers the audit routes with their full paths.
+func (s *Service) Routes(r chi.Router) {
+	r.Group(func(r chi.Router) {
+		r.Use(s.deps.Authenticate(), auth.RequireTenant)
+		r.Get("/v1/audit/events", s.handleEvents)
+		r.Get("/v1/audit/export", s.handleExport)
+	})
+	r.Group(func(r chi.Router) {
+		// The admin key without Ferry-Tenant verifies every tenant.
+		r.Use(s.deps.Authenticate())
+		r.Get("/v1/audit/verify", s.handleVerify)
+	})
+}
+
+// Run runs the projection and the partition maintenance until ctx is done.
+func (s *Service) Run(ctx context.Context) error {
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		return projection.Run(gctx, s.deps.Postgres, projection.Config{
+			Group:    ProjectionGroup,
+			Topics:   s.deps.Topics.LifecycleTopics(),
+			Kafka:    s.deps.KafkaConfig("audit"),
+			MaxBatch: s.cfg.ProjectionBatch,
+			Logger:   s.log,
+		}, s.store.Apply)
+	})
+	g.Go(func() error {
+		t := time.NewTicker(s.cfg.MaintenanceInterval)
+		defer t.Stop()
+		for {
+			s.Maintain(gctx)
+			select {
+			case <-gctx.Done():
+				return nil
+			case <-t.C:
+			}
+		}
+	})
+	return g.Wait()
+}
+
+// Maintain creates the partitions needed from the retention horizon to
+// PartitionsAhead months ahead and drops the expired ones. Run calls it at
+// start and every MaintenanceInterval; errors are logged and retried next
+// time.
+func (s *Service) Maintain(ctx context.Context) {
+	if created, err := s.ensurePartitions(ctx); err != nil && ctx.Err() == nil {
+		s.log.Error("audit: creating partitions", "err", err)
+	} else if len(created) > 0 {
+		s.log.Info("audit: created partitions", "partitions", created)
+	}
+	cutoff := s.cfg.Now().UTC().Add(-s.cfg.Retention)
+	if dropped, err := s.store.DropBefore(ctx, cutoff); err != nil && ctx.Err() == nil {
+		s.log.Error("audit: dropping expired partitions", "err", err)
+	} else if len(dropped) > 0 {
+		s.log.Info("audit: dropped expired partitions", "partitions", dropped, "cutoff", cutoff)
+	}
+}
+
+func (s *Service) ensurePartitions(ctx context.Context) ([]string, error) {
+	now := s.cfg.Now().UTC()
+	from := now.Add(-s.cfg.Retention)
+	to := store.MonthOf(now).Start.AddDate(0, s.cfg.PartitionsAhead, 0)
+	return s.store.EnsurePartitions(ctx, from, to)
+}

@@ -1,0 +1,74 @@
+package chain
+
+import (
+	"bytes"
+	"testing"
+	"time"
+)
+
+func row() Row {
+	return Row{ChainID: "acme/ferry.jobs.started/0", Seq: 1, PrevHash: Genesis, EventID: "e1", TenantID: "acme",
+		JobID: "job_1", Type: "started", Attempt: 1, Occurred: time.Unix(1700000000, 123456000).UTC(),
+		Actor: "ferry/worker", TraceID: "4bf92f3577b34da6a3ce929d0e0e4736", Data: []byte(`{"a": 1}`)}
+}
+
+func TestHashCoversEveryField(t *testing.T) {
+	base := Hash(row())
+	if len(base) != HashSize || !bytes.Equal(base, Hash(row())) {
+		t.Fatal("hash is not a stable SHA-256")
+	}
+	for name, mut := range map[string]func(*Row){
+		"chain": func(r *Row) { r.ChainID += "x" }, "seq": func(r *Row) { r.Seq++ },
+		"prev": func(r *Row) { r.PrevHash = bytes.Repeat([]byte{1}, HashSize) }, "event": func(r *Row) { r.EventID += "x" },
+		"tenant": func(r *Row) { r.TenantID += "x" }, "job": func(r *Row) { r.JobID += "x" }, "type": func(r *Row) { r.Type += "x" },
+		"attempt": func(r *Row) { r.Attempt++ }, "occurred": func(r *Row) { r.Occurred = r.Occurred.Add(time.Microsecond) },
+		"actor": func(r *Row) { r.Actor += "x" }, "trace": func(r *Row) { r.TraceID = "" }, "data": func(r *Row) { r.Data = []byte(`{"a": 2}`) },
+		// Length prefixes: moving a byte from one field to the next changes the hash.
+		"boundary": func(r *Row) { r.TenantID, r.JobID = "acmej", "ob_1" },
+	} {
+		r := row()
+		mut(&r)
+		if bytes.Equal(Hash(r), base) {
+			t.Errorf("changing %s does not change the hash", name)
+		}
+	}
+}
+
+func TestCheck(t *testing.T) {
+	r1 := row()
+	h1 := Hash(r1)
+	pos, reason, _ := Check(Position{Hash: Genesis}, r1, h1)
+	if reason != "" || pos.Seq != 1 {
+		t.Fatalf("first row: %q %+v", reason, pos)
+	}
+	r2 := row()
+	r2.Seq, r2.PrevHash, r2.EventID = 2, h1, "e2"
+	h2 := Hash(r2)
+	if _, reason, _ := Check(pos, r2, h2); reason != "" {
+		t.Fatalf("second row: %q", reason)
+	}
+	cases := map[string]func() (Row, []byte){
+		ReasonHashMismatch:     func() (Row, []byte) { r := r2; r.Actor = "mallory"; return r, h2 },
+		ReasonSeqGap:           func() (Row, []byte) { r := r2; r.Seq = 3; return r, Hash(r) },
+		ReasonSeqRepeat:        func() (Row, []byte) { return r1, h1 },
+		ReasonPrevHashMismatch: func() (Row, []byte) { r := r2; r.PrevHash = Genesis; return r, Hash(r) },
+	}
+	for want, mk := range cases {
+		r, stored := mk()
+		if _, reason, _ := Check(pos, r, stored); reason != want {
+			t.Errorf("got %q, want %q", reason, want)
+		}
+	}
+}
+
+func TestTraceID(t *testing.T) {
+	for in, want := range map[string]string{
+		"00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01": "4bf92f3577b34da6a3ce929d0e0e4736",
+		"": "", "garbage": "", "00-xyz-00f067aa0ba902b7-01": "",
+		"00-00000000000000000000000000000000-00f067aa0ba902b7-01": "",
+	} {
+		if got := TraceID(in); got != want {
+			t.Errorf("TraceID(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

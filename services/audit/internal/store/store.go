@@ -1,0 +1,269 @@
+// Package store is the audit projection in Postgres: appending chained rows
+// (the projection's apply function), queries with keyset pagination, the
+// verification walk and partition maintenance.
+package store
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ferryhq/ferry/events/schema"
+	"github.com/ferryhq/ferry/platform/pgstore"
+	"github.com/ferryhq/ferry/services/audit/internal/chain"
+)
+
+//go:embed migrations/*.sql
+var migrations embed.FS
+
+// Migrate applies the audit migrations.
+func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
+	sub, err := fs.Sub(migrations, "migrations")
+	if err != nil {
+		return err
+	}
+	return pgstore.Migrate(ctx, pool, "audit", sub)
+}
+
+// Store reads and writes the audit tables.
+type Store struct {
+	pool *pgxpool.Pool
+	log  *slog.Logger
+	now  func() time.Time
+}
+
+// New returns a store over pool.
+func New(pool *pgxpool.Pool, log *slog.Logger, now func() time.Time) *Store {
+	return &Store{pool: pool, log: log, now: now}
+}
+
+// pending is a decoded record on its way to a row.
+type pending struct {
+	chain.Row
+	rawData string
+}
+
+// Apply appends one row per new lifecycle event of recs, inside tx. Records
+// that do not decode are logged and skipped; events already recorded (same
+// ce_id) are skipped, so duplicate deliveries never make a second row.
+func (s *Store) Apply(ctx context.Context, tx pgx.Tx, recs []*kgo.Record) error {
+	var rows []*pending
+	seen := map[string]bool{}
+	for _, r := range recs {
+		ev, err := schema.Decode(r)
+		if err != nil {
+			s.log.Warn("audit: skipping undecodable record", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "err", err)
+			continue
+		}
+		lc, ok := ev.Data.(schema.Lifecycle)
+		if !ok || seen[ev.ID] {
+			continue
+		}
+		seen[ev.ID] = true
+		ref := lc.Ref()
+		rows = append(rows, &pending{
+			Row: chain.Row{
+				ChainID:  chain.ID(ref.TenantID, r.Topic, r.Partition),
+				EventID:  ev.ID,
+				TenantID: ref.TenantID,
+				JobID:    ref.JobID,
+				Type:     string(lc.EventType()),
+				Attempt:  ref.Attempt,
+				Occurred: ev.Time.UTC().Truncate(time.Microsecond),
+				Actor:    actorOf(ev),
+				TraceID:  chain.TraceID(ev.TraceParent),
+			},
+			rawData: string(r.Value),
+		})
+	}
+	if len(rows) == 0 {
+		return nil
+	}
+
+	// Lock the heads of the chains this batch extends (creating new ones),
+	// in chain order so concurrent batches cannot deadlock.
+	heads, err := lockHeads(ctx, tx, rows)
+	if err != nil {
+		return err
+	}
+	// With the heads locked, drop events an earlier batch already recorded.
+	if rows, err = dropRecorded(ctx, tx, rows); err != nil || len(rows) == 0 {
+		return err
+	}
+	if err := canonicalData(ctx, tx, rows); err != nil {
+		return err
+	}
+
+	n := len(rows)
+	var (
+		ids, tenants, jobs, types, actors, traces, chains, data = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+		attempts                                                = make([]int32, n)
+		occurred                                                = make([]time.Time, n)
+		seqs                                                    = make([]int64, n)
+		prevs, hashes                                           = make([][]byte, n), make([][]byte, n)
+	)
+	recorded := s.now().UTC()
+	for i, p := range rows {
+		h := heads[p.ChainID]
+		p.Seq, p.PrevHash = h.Seq+1, h.Hash
+		sum := chain.Hash(p.Row)
+		heads[p.ChainID] = chain.Position{Seq: p.Seq, Hash: sum}
+		ids[i], tenants[i], jobs[i], types[i], actors[i], traces[i], chains[i], data[i] =
+			p.EventID, p.TenantID, p.JobID, p.Type, p.Actor, p.TraceID, p.ChainID, string(p.Data)
+		attempts[i], occurred[i], seqs[i], prevs[i], hashes[i] = int32(p.Attempt), p.Occurred, p.Seq, p.PrevHash, sum
+	}
+	if _, err := tx.Exec(ctx, `
+		INSERT INTO audit_events (event_id, tenant_id, job_id, type, attempt, occurred_at, recorded_at,
+			actor, trace_id, data, chain_id, seq, prev_hash, hash)
+		SELECT e, t, j, ty, a, o, $14, ac, tr, d::jsonb, c, s, p, h
+		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::int[], $6::timestamptz[],
+			$7::text[], $8::text[], $9::text[], $10::text[], $11::bigint[], $12::bytea[], $13::bytea[])
+			AS x(e, t, j, ty, a, o, ac, tr, d, c, s, p, h)`,
+		ids, tenants, jobs, types, attempts, occurred, actors, traces, data, chains, seqs, prevs, hashes, recorded); err != nil {
+		return fmt.Errorf("audit: insert rows: %w", err)
+	}
+	hc := make([]string, 0, len(heads))
+	hs := make([]int64, 0, len(heads))
+	hh := make([][]byte, 0, len(heads))
+	for id, pos := range heads {
+		hc, hs, hh = append(hc, id), append(hs, pos.Seq), append(hh, pos.Hash)
+	}
+	if _, err := tx.Exec(ctx, `
+		UPDATE audit_chain_heads h SET seq = x.s, hash = x.h, updated_at = now()
+		FROM unnest($1::text[], $2::bigint[], $3::bytea[]) AS x(c, s, h)
+		WHERE h.chain_id = x.c AND h.seq < x.s`, hc, hs, hh); err != nil {
+		return fmt.Errorf("audit: update chain heads: %w", err)
+	}
+	return nil
+}
+
+// actorOf is who caused the event: the API key of Enqueued/Cancelled when
+// set, otherwise the emitting service.
+func actorOf(ev schema.Event) string {
+	switch d := ev.Data.(type) {
+	case schema.Enqueued:
+		if d.Actor != "" {
+			return d.Actor
+		}
+	case schema.Cancelled:
+		if d.Actor != "" {
+			return d.Actor
+		}
+	}
+	return ev.Source
+}
+
+func lockHeads(ctx context.Context, tx pgx.Tx, rows []*pending) (map[string]chain.Position, error) {
+	tenantOf := map[string]string{}
+	for _, p := range rows {
+		tenantOf[p.ChainID] = p.TenantID
+	}
+	ids := make([]string, 0, len(tenantOf))
+	tenants := make([]string, 0, len(tenantOf))
+	for id, t := range tenantOf {
+		ids, tenants = append(ids, id), append(tenants, t)
+	}
+	if _, err := tx.Exec(ctx, `
+		INSERT INTO audit_chain_heads (chain_id, tenant_id, seq, hash)
+		SELECT c, t, 0, $3 FROM unnest($1::text[], $2::text[]) AS x(c, t) ORDER BY c
+		ON CONFLICT (chain_id) DO NOTHING`, ids, tenants, chain.Genesis); err != nil {
+		return nil, fmt.Errorf("audit: create chain heads: %w", err)
+	}
+	res, err := tx.Query(ctx, `SELECT chain_id, seq, hash FROM audit_chain_heads
+		WHERE chain_id = ANY($1) ORDER BY chain_id FOR UPDATE`, ids)
+	if err != nil {
+		return nil, fmt.Errorf("audit: lock chain heads: %w", err)
+	}
+	heads := map[string]chain.Position{}
+	var id string
+	var pos chain.Position
+	_, err = pgx.ForEachRow(res, []any{&id, &pos.Seq, &pos.Hash}, func() error {
+		heads[id] = chain.Position{Seq: pos.Seq, Hash: append([]byte(nil), pos.Hash...)}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("audit: lock chain heads: %w", err)
+	}
+	return heads, nil
+}
+
+func dropRecorded(ctx context.Context, tx pgx.Tx, rows []*pending) ([]*pending, error) {
+	ids := make([]string, len(rows))
+	for i, p := range rows {
+		ids[i] = p.EventID
+	}
+	res, err := tx.Query(ctx, `SELECT event_id FROM audit_events WHERE event_id = ANY($1)`, ids)
+	if err != nil {
+		return nil, fmt.Errorf("audit: find recorded events: %w", err)
+	}
+	recorded := map[string]bool{}
+	var id string
+	if _, err := pgx.ForEachRow(res, []any{&id}, func() error { recorded[id] = true; return nil }); err != nil {
+		return nil, fmt.Errorf("audit: find recorded events: %w", err)
+	}
+	if len(recorded) == 0 {
+		return rows, nil
+	}
+	out := rows[:0]
+	for _, p := range rows {
+		if !recorded[p.EventID] {
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}
+
+// canonicalData sets each row's Data to the text Postgres renders for the
+// jsonb it will store, so the hash covers exactly what verification reads
+// back. Data Postgres cannot store as jsonb (a \u0000 in a string, numbers
+// beyond numeric) is kept as a JSON string holding the original text.
+func canonicalData(ctx context.Context, tx pgx.Tx, rows []*pending) error {
+	raw := make([]string, len(rows))
+	for i, p := range rows {
+		raw[i] = p.rawData
+	}
+	out := make([]string, 0, len(rows))
+	scan := func(q string) error {
+		out = out[:0]
+		res, err := tx.Query(ctx, q, raw)
+		if err != nil {
+			return err
+		}
+		var s string
+		_, err = pgx.ForEachRow(res, []any{&s}, func() error { out = append(out, s); return nil })
+		return err
+	}
+	// The fast path casts the whole batch at once; if any value fails, a
+	// savepoint lets the slow path convert value by value.
+	sp, err := tx.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	err = scan(`SELECT d::jsonb::text FROM unnest($1::text[]) WITH ORDINALITY AS x(d, i) ORDER BY i`)
+	if err == nil {
+		err = sp.Commit(ctx)
+	} else if rbErr := sp.Rollback(ctx); rbErr != nil {
+		return errors.Join(err, rbErr)
+	} else {
+		err = scan(`SELECT COALESCE(audit_try_jsonb(d), to_jsonb(d))::text
+			FROM unnest($1::text[]) WITH ORDINALITY AS x(d, i) ORDER BY i`)
+	}
+	if err != nil {
+		return fmt.Errorf("audit: canonical data: %w", err)
+	}
+	if len(out) != len(rows) {
+		return fmt.Errorf("audit: canonical data: %d values for %d rows", len(out), len(rows))
+	}
+	for i, p := range rows {
+		p.Data = []byte(out[i])
+	}
+	return nil
+}
