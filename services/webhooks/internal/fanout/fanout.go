@@ -1,0 +1,214 @@
+// Package fanout turns lifecycle events into delivery rows: it keeps the
+// active endpoints in memory, matches each event against its tenant's
+// endpoints and writes the outbox rows inside the projection transaction
+// that also stores the Kafka offsets.
+package fanout
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ferryhq/ferry/events/schema"
+	"github.com/ferryhq/ferry/services/webhooks/internal/policy"
+	"github.com/ferryhq/ferry/services/webhooks/internal/store"
+)
+
+// Endpoint is an active endpoint as matched in memory.
+type Endpoint struct {
+	ID     string
+	Filter policy.Filter
+}
+
+// Cache holds the active endpoints, by tenant. It is safe for concurrent use.
+type Cache struct {
+	store *store.Store
+	log   *slog.Logger
+
+	mu       sync.RWMutex
+	byTenant map[string][]Endpoint
+	ids      []string
+}
+
+// NewCache returns an empty cache over st; call Refresh before use.
+func NewCache(st *store.Store, log *slog.Logger) *Cache {
+	return &Cache{store: st, log: log, byTenant: map[string][]Endpoint{}}
+}
+
+// Refresh reloads the active endpoints.
+func (c *Cache) Refresh(ctx context.Context) error {
+	all, err := c.store.ActiveEndpoints(ctx)
+	if err != nil {
+		return err
+	}
+	by := make(map[string][]Endpoint)
+	ids := make([]string, 0, len(all))
+	for _, a := range all {
+		f := policy.Filter{Queue: a.FilterQueue, Type: a.FilterTyp}
+		for _, et := range a.EventTypes {
+			f.EventTypes = append(f.EventTypes, schema.EventType(et))
+		}
+		by[a.TenantID] = append(by[a.TenantID], Endpoint{ID: a.ID, Filter: f})
+		ids = append(ids, a.ID)
+	}
+	c.mu.Lock()
+	c.byTenant, c.ids = by, ids
+	c.mu.Unlock()
+	return nil
+}
+
+// Run refreshes the cache every interval until ctx is done.
+func (c *Cache) Run(ctx context.Context, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if err := c.Refresh(ctx); err != nil && ctx.Err() == nil {
+				c.log.Warn("webhooks: refresh endpoints", "err", err)
+			}
+		}
+	}
+}
+
+// IDs returns the ids of every active endpoint.
+func (c *Cache) IDs() []string {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.ids
+}
+
+// For returns the active endpoints of tenant.
+func (c *Cache) For(tenant string) []Endpoint {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.byTenant[tenant]
+}
+
+// DeliveryID is the webhook-id of an event sent to an endpoint: derived
+// from both, so it is the same on every retry and on a re-read record.
+func DeliveryID(eventID, endpointID string) string {
+	h := sha256.Sum256([]byte(endpointID + "\x00" + eventID))
+	return "msg_" + hex.EncodeToString(h[:16])
+}
+
+// cloudEvent is the structured-mode CloudEvents JSON body of a delivery.
+type cloudEvent struct {
+	SpecVersion     string          `json:"specversion"`
+	ID              string          `json:"id"`
+	Source          string          `json:"source"`
+	Type            string          `json:"type"`
+	Time            time.Time       `json:"time"`
+	Subject         string          `json:"subject"`
+	Tenant          string          `json:"tenant"`
+	DataContentType string          `json:"datacontenttype"`
+	TraceParent     string          `json:"traceparent,omitempty"`
+	Data            json.RawMessage `json:"data"`
+}
+
+// Body returns the CloudEvents JSON of a decoded record.
+func Body(ev schema.Event, value []byte) ([]byte, error) {
+	return json.Marshal(cloudEvent{
+		SpecVersion: "1.0", ID: ev.ID, Source: ev.Source, Type: ev.Type, Time: ev.Time.UTC(),
+		Subject: ev.Subject, Tenant: ev.Tenant, DataContentType: "application/json",
+		TraceParent: ev.TraceParent, Data: json.RawMessage(value),
+	})
+}
+
+// Apply is the projection.ApplyFunc of the fan-out.
+func (c *Cache) Apply(ctx context.Context, tx pgx.Tx, recs []*kgo.Record) error {
+	type item struct {
+		ev    schema.Event
+		et    schema.EventType
+		value []byte
+		eps   []Endpoint
+		job   *policy.JobInfo
+	}
+	var items []item
+	var jobs []store.JobRow
+	var lookup []string
+	for _, r := range recs {
+		m, err := schema.DecodeMeta(r)
+		if err != nil {
+			c.log.Warn("webhooks: skipping undecodable record", "topic", r.Topic, "offset", r.Offset, "err", err)
+			continue
+		}
+		eps := c.For(m.Tenant)
+		if len(eps) == 0 {
+			continue // cheap path: nobody of this tenant listens
+		}
+		ev, err := schema.Decode(r)
+		if err != nil {
+			c.log.Warn("webhooks: skipping undecodable record", "topic", r.Topic, "offset", r.Offset, "err", err)
+			continue
+		}
+		lc, ok := ev.Data.(schema.Lifecycle)
+		if !ok {
+			continue
+		}
+		it := item{ev: ev, et: lc.EventType(), value: r.Value, eps: eps}
+		needsJob := false
+		for _, e := range eps {
+			needsJob = needsJob || e.Filter.NeedsJob()
+		}
+		if needsJob {
+			var spec *schema.JobSpec
+			switch d := ev.Data.(type) {
+			case schema.Enqueued:
+				spec = &d.Job
+			case schema.DeadLettered:
+				spec = &d.Job
+			}
+			if spec != nil {
+				it.job = &policy.JobInfo{Queue: spec.Queue, Type: spec.Type}
+				jobs = append(jobs, store.JobRow{JobID: ev.Subject, TenantID: ev.Tenant, Queue: spec.Queue, Type: spec.Type})
+			} else {
+				lookup = append(lookup, ev.Subject)
+			}
+		}
+		items = append(items, it)
+	}
+	if len(items) == 0 {
+		return nil
+	}
+	if err := store.UpsertJobs(ctx, tx, jobs); err != nil {
+		return err
+	}
+	known, err := store.Jobs(ctx, tx, lookup)
+	if err != nil {
+		return err
+	}
+	var ds []store.NewDelivery
+	for _, it := range items {
+		if it.job == nil {
+			if j, ok := known[it.ev.Subject]; ok && j.TenantID == it.ev.Tenant {
+				it.job = &policy.JobInfo{Queue: j.Queue, Type: j.Type}
+			}
+		}
+		var body []byte
+		for _, e := range it.eps {
+			if !e.Filter.Match(it.et, it.job) {
+				continue
+			}
+			if body == nil {
+				if body, err = Body(it.ev, it.value); err != nil {
+					return err
+				}
+			}
+			ds = append(ds, store.NewDelivery{
+				ID: DeliveryID(it.ev.ID, e.ID), TenantID: it.ev.Tenant, EndpointID: e.ID,
+				EventID: it.ev.ID, EventType: string(it.et), JobID: it.ev.Subject, Body: body,
+			})
+		}
+	}
+	return store.InsertDeliveries(ctx, tx, ds)
+}
