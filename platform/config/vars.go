@@ -35,6 +35,10 @@ var Vars = []Var{
 	{"OTEL_EXPORTER_OTLP_ENDPOINT", "", "OTLP/gRPC endpoint for traces. Unset: traces are kept in-process only (trace ids still propagate)."},
 	{"OTEL_SERVICE_NAME", "", "Overrides the service name reported to OpenTelemetry."},
 
+	// The `ferry` CLI.
+	{"FERRY_URL", "http://127.0.0.1:8080", "Base URL the `ferry jobs` commands call."},
+	{"FERRY_API_KEY", "", "API key the `ferry jobs` commands send. Unset: the key in FERRY_DATA_DIR/dev-api-key, if any."},
+
 	// `ferry dev` only.
 	{"FERRY_DEV_POSTGRES_PORT", "5433", "Port of the Postgres that `ferry dev` starts."},
 	{"FERRY_DEV_REDIS_PORT", "6380", "Port of the Redis that `ferry dev` starts."},
@@ -49,12 +53,33 @@ var Vars = []Var{
 	{"FERRY_SCHEDULER_PREFETCH", "16", "Dispatches allowed beyond the pool's free slots, so workers never idle between jobs."},
 	{"FERRY_SCHEDULER_TICK", "5ms", "How often the scheduler promotes due delayed jobs and checks leases when nothing else wakes it."},
 
+	// sse-bridge.
+	{"FERRY_SSE_RETENTION", "24h", "How long the sse-bridge keeps events for Last-Event-ID resumption; older positions get an `event: reset`."},
+	{"FERRY_SSE_KEEPALIVE", "15s", "Interval of the keep-alive comments on idle SSE streams."},
+	{"FERRY_SSE_BUFFER", "256", "Events buffered per SSE client; a client further behind gets `event: overflow` and is disconnected."},
+
+	// webhooks.
+	{"FERRY_SECRET_KEY", "", "Base64 of 32 random bytes (`openssl rand -base64 32`): the AES-256-GCM key that encrypts webhook signing secrets at rest. Unset: a key is generated once into FERRY_DATA_DIR/secret-key (dev only; set it in production, and keep it: losing it makes stored secrets unreadable)."},
+	{"FERRY_WEBHOOKS_TIMEOUT", "10s", "Timeout of one webhook delivery request (connect, headers and bounded body read)."},
+	{"FERRY_WEBHOOKS_BACKOFF", "5s,30s,2m,10m,30m,1h,2h,4h,8h", "Waits before each webhook retry (±20 % jitter); a delivery fails for good after one attempt more than this list is long."},
+	{"FERRY_WEBHOOKS_CONCURRENCY", "64", "Webhook requests in flight at once per webhooks replica."},
+	{"FERRY_WEBHOOKS_ENDPOINT_CONCURRENCY", "4", "Webhook requests in flight at once to one endpoint per replica, so a slow endpoint never holds every slot."},
+	{"FERRY_WEBHOOKS_DISABLE_AFTER", "24h", "An endpoint whose deliveries have all failed for this long is disabled (410 Gone disables at once)."},
+	{"FERRY_WEBHOOKS_SECRET_GRACE", "24h", "After a secret rotation, how long the old secret keeps signing alongside the new one."},
+
+	// dlq.
+	{"FERRY_DLQ_RETENTION", "720h", "How long the dlq service keeps an entry after its job was dead-lettered."},
+	{"FERRY_DLQ_REDRIVE_RATE", "500", "Bulk re-drives enqueue at most this many jobs per second per dlq process."},
+
 	// worker.
 	{"FERRY_WORKER_POOL", "short", "Pool this worker serves: short or long."},
 	{"FERRY_WORKER_CONCURRENCY", "64", "Handlers a worker runs at once."},
 	{"FERRY_WORKER_ID", "", "Stable worker id. Defaults to hostname-pid."},
 	{"FERRY_WORKER_GRACE", "25s", "On SIGTERM, how long running handlers may take to finish before their jobs are handed back."},
 	{"FERRY_WORKER_HEARTBEAT", "5s", "How often a running handler heartbeats (extends its lease)."},
+
+	// audit.
+	{"FERRY_AUDIT_RETENTION", "8760h", "How long audit rows are kept; whole monthly partitions older than this are dropped."},
 }
 
 // Lookup returns the declaration of name.

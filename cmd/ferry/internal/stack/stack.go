@@ -1,0 +1,106 @@
+// Package stack runs every Ferry service in one process on one HTTP port:
+// the front door of `ferry dev` and of the end-to-end tests.
+package stack
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/ferryhq/ferry/platform/config"
+	"github.com/ferryhq/ferry/platform/httpx"
+	"github.com/ferryhq/ferry/platform/service"
+	"github.com/ferryhq/ferry/platform/telemetry"
+	"github.com/ferryhq/ferry/services/api"
+	"github.com/ferryhq/ferry/services/audit"
+	"github.com/ferryhq/ferry/services/dlq"
+	"github.com/ferryhq/ferry/services/scheduler"
+	ssebridge "github.com/ferryhq/ferry/services/sse-bridge"
+	"github.com/ferryhq/ferry/services/webhooks"
+	"github.com/ferryhq/ferry/services/worker"
+)
+
+// Service is one service as the stack runs it.
+type Service struct {
+	Name  string
+	Needs service.Needs
+	Build service.Builder
+}
+
+// Services are every Ferry service. The worker runs once per pool (see
+// worker.BuildPools) so short and long jobs both have workers in dev.
+var Services = []Service{
+	{"api", api.Needs, api.Build},
+	{"scheduler", scheduler.Needs, scheduler.Build},
+	{"worker", worker.Needs, worker.BuildPools},
+	{"dlq", dlq.Needs, dlq.Build},
+	{"sse-bridge", ssebridge.Needs, ssebridge.Build},
+	{"audit", audit.Needs, audit.Build},
+	{"webhooks", webhooks.Needs, webhooks.Build},
+}
+
+// Stack is a running set of services.
+type Stack struct {
+	// Addr is the address of the front door (host:port).
+	Addr string
+	// Deps are the connections every service shares.
+	Deps    *service.Deps
+	Handler http.Handler
+	done    chan struct{}
+	err     error
+}
+
+// Start connects to the infrastructure named in common, builds every
+// service and serves them all on common.HTTPAddr (port 0 picks a free one).
+// The stack runs until ctx is done; Wait returns its error.
+func Start(ctx context.Context, common config.Common, l *config.Loader, tel *telemetry.Telemetry) (*Stack, error) {
+	deps, err := service.Open(ctx, common, tel.Logger, service.Needs{Postgres: true, Redis: true, Kafka: true})
+	if err != nil {
+		return nil, err
+	}
+	router := httpx.NewRouter("ferry", deps.Checks(), tel.Metrics)
+	var comps []service.Component
+	for _, s := range Services {
+		c, err := s.Build(ctx, deps, l)
+		if err != nil {
+			deps.Close()
+			return nil, fmt.Errorf("%s: %w", s.Name, err)
+		}
+		c.Routes(router)
+		comps = append(comps, c)
+	}
+	if err := l.Err(); err != nil {
+		deps.Close()
+		return nil, fmt.Errorf("configuration: %w", err)
+	}
+	ln, err := net.Listen("tcp", common.HTTPAddr)
+	if err != nil {
+		deps.Close()
+		return nil, fmt.Errorf("listen %s: %w", common.HTTPAddr, err)
+	}
+	st := &Stack{Addr: ln.Addr().String(), Deps: deps, Handler: router, done: make(chan struct{})}
+	go func() {
+		defer close(st.done)
+		defer deps.Close()
+		g, gctx := errgroup.WithContext(ctx)
+		g.Go(func() error { return httpx.Serve(gctx, ln, router, common.ShutdownTimeout) })
+		for _, c := range comps {
+			g.Go(func() error { return c.Run(gctx) })
+		}
+		st.err = g.Wait()
+		if errors.Is(st.err, http.ErrServerClosed) {
+			st.err = nil
+		}
+	}()
+	return st, nil
+}
+
+// Wait blocks until the stack has stopped and returns why.
+func (s *Stack) Wait() error {
+	<-s.done
+	return s.err
+}

@@ -1,0 +1,51 @@
+// Command ferry is Ferry's command line: `ferry dev` runs the whole stack in
+// one process; `ferry jobs …` submits and inspects jobs over the HTTP API.
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/ferryhq/ferry/cmd/ferry/internal/cli"
+	"github.com/ferryhq/ferry/cmd/ferry/internal/devcmd"
+)
+
+const usage = `Usage: ferry <command> [arguments]
+
+Commands:
+  dev     run the whole stack in one process (embedded Kafka, local Postgres and Redis)
+  jobs    submit, get, list and cancel jobs: ferry jobs help
+`
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	switch args[0] {
+	case "dev":
+		if err := devcmd.Run(ctx, os.LookupEnv, stdout); err != nil {
+			fmt.Fprintln(stderr, "ferry dev:", err)
+			return 1
+		}
+		return 0
+	case "jobs":
+		return cli.Jobs(ctx, args[1:], os.Getenv, stdout, stderr)
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	}
+	fmt.Fprintf(stderr, "ferry: unknown command %q\n\n%s", args[0], usage)
+	return 2
+}
