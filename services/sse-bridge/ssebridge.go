@@ -1,0 +1,247 @@
+// Package ssebridge is Ferry's sse-bridge service: live Server-Sent Event
+// streams per job (GET /v1/jobs/{id}/events) and per tenant (GET
+// /v1/events), resumable with Last-Event-ID.
+//
+// # Design
+//
+// The service keeps a short-lived event log in Postgres (table sse_events),
+// written by an exactly-once projection of every lifecycle topic (group
+// ferry-sse-log). Its bigserial seq is the SSE id. Each process runs one
+// tailer that reads new rows when the projection notifies (LISTEN/NOTIFY)
+// or every 100 ms, and fans them out through an in-memory hub to the
+// process's clients, so a process consumes the log once however many
+// clients it serves. A connecting client subscribes to the hub first, then
+// replays from the log (seq > Last-Event-ID), then switches to the live
+// events, dropping those it already sent: no gap, no duplicate.
+//
+// Slow clients never hold up the tailer or other clients: each has a
+// bounded buffer (FERRY_SSE_BUFFER). A client whose buffer overflows (a
+// burst) catches up from the log at its own pace; one further behind than
+// MaxLag events, or that accepts no data for WriteTimeout, is sent `event:
+// overflow` (when it still can be) and disconnected. Rows older than
+// FERRY_SSE_RETENTION are deleted; resuming from before that answers
+// `event: reset`. See docs/sse.md.
+package ssebridge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/metric"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/ferryhq/ferry/platform/auth"
+	"github.com/ferryhq/ferry/platform/config"
+	"github.com/ferryhq/ferry/platform/projection"
+	"github.com/ferryhq/ferry/platform/service"
+	"github.com/ferryhq/ferry/services/sse-bridge/internal/eventlog"
+	"github.com/ferryhq/ferry/services/sse-bridge/internal/hub"
+)
+
+// Needs lists the connections the service uses.
+var Needs = service.Needs{Postgres: true, Kafka: true}
+
+// Config is the service's configuration.
+type Config struct {
+	// Retention is how long events stay resumable. Defaults to 24h.
+	Retention time.Duration
+	// KeepAlive is the interval of keep-alive comments. Defaults to 15s.
+	KeepAlive time.Duration
+	// Buffer is the number of events buffered per client before it is
+	// disconnected with an overflow event. Defaults to 256.
+	Buffer int
+	// MaxLag is how many events a client whose buffer overflowed may catch
+	// up on from the log before it is sent `event: overflow` and
+	// disconnected. Defaults to 8 × Buffer.
+	MaxLag int
+	// WriteTimeout bounds one write to a client; a client that accepts no
+	// data for that long is disconnected. Defaults to 10s.
+	WriteTimeout time.Duration
+	// JobGrace is how long a job stream waits for a job the log has not
+	// seen yet (just submitted) before answering 404. Defaults to 2s.
+	JobGrace time.Duration
+	// Poll is the tailer's fallback poll interval when no notification
+	// arrives. Defaults to 100ms.
+	Poll time.Duration
+	// PruneInterval is how often retention runs. Defaults to 1m.
+	PruneInterval time.Duration
+	// ProjectionBatch bounds the records per projection transaction.
+	// Defaults to 2000.
+	ProjectionBatch int
+	// Now is the clock. Defaults to time.Now.
+	Now func() time.Time
+}
+
+// WithDefaults returns c with zero fields set to their defaults.
+func (c Config) WithDefaults() Config {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	def(&c.Retention, 24*time.Hour)
+	def(&c.KeepAlive, 15*time.Second)
+	def(&c.WriteTimeout, 10*time.Second)
+	def(&c.JobGrace, 2*time.Second)
+	def(&c.Poll, 100*time.Millisecond)
+	def(&c.PruneInterval, time.Minute)
+	if c.Buffer == 0 {
+		c.Buffer = 256
+	}
+	if c.MaxLag == 0 {
+		c.MaxLag = 8 * c.Buffer
+	}
+	if c.ProjectionBatch == 0 {
+		c.ProjectionBatch = 2000
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c
+}
+
+// Validate reports settings that cannot work.
+func (c Config) Validate() error {
+	var errs []error
+	if c.Retention < time.Minute {
+		errs = append(errs, errors.New("FERRY_SSE_RETENTION must be at least 1m"))
+	}
+	if c.KeepAlive <= 0 {
+		errs = append(errs, errors.New("FERRY_SSE_KEEPALIVE must be positive"))
+	}
+	if c.Buffer < 1 {
+		errs = append(errs, errors.New("FERRY_SSE_BUFFER must be at least 1"))
+	}
+	if c.WriteTimeout <= 0 || c.MaxLag < 0 || c.JobGrace < 0 || c.Poll <= 0 || c.PruneInterval <= 0 || c.ProjectionBatch < 1 {
+		errs = append(errs, errors.New("ssebridge: WriteTimeout, Poll, PruneInterval and ProjectionBatch must be positive"))
+	}
+	return errors.Join(errs...)
+}
+
+// LoadConfig reads the service's settings.
+func LoadConfig(l *config.Loader) Config {
+	return Config{
+		Retention: l.Duration("FERRY_SSE_RETENTION"),
+		KeepAlive: l.Duration("FERRY_SSE_KEEPALIVE"),
+		Buffer:    l.Int("FERRY_SSE_BUFFER"),
+	}
+}
+
+// Service is the running service.
+type Service struct {
+	deps   *service.Deps
+	cfg    Config
+	log    *slog.Logger
+	events *eventlog.Log
+	hub    *hub.Hub
+	tailer *eventlog.Tailer
+
+	conns     metric.Int64UpDownCounter
+	overflows metric.Int64Counter
+}
+
+var _ service.Component = (*Service)(nil)
+
+// New returns the service over deps (which must hold Postgres and Kafka),
+// applying its migrations.
+func New(deps *service.Deps, cfg Config) (*Service, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if deps.Postgres == nil {
+		return nil, errors.New("ssebridge: needs Postgres")
+	}
+	log := deps.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	log = log.With("service", "sse-bridge")
+	ctx := context.Background()
+	if err := eventlog.Migrate(ctx, deps.Postgres); err != nil {
+		return nil, fmt.Errorf("ssebridge: %w", err)
+	}
+	events := eventlog.New(deps.Postgres, log)
+	// The tailer starts at the current head before any client can connect,
+	// so every later row reaches the hub (clients replay the earlier ones).
+	head, err := events.Head(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("ssebridge: %w", err)
+	}
+	h := hub.New(cfg.Buffer)
+	meter := otel.Meter("ferry/sse-bridge")
+	conns, err := meter.Int64UpDownCounter("ferry.sse.connections",
+		metric.WithDescription("Open SSE streams."), metric.WithUnit("{connection}"))
+	if err != nil {
+		return nil, err
+	}
+	overflows, err := meter.Int64Counter("ferry.sse.overflows",
+		metric.WithDescription("SSE clients disconnected because they fell too far behind."), metric.WithUnit("{connection}"))
+	if err != nil {
+		return nil, err
+	}
+	return &Service{
+		deps: deps, cfg: cfg, log: log, events: events, hub: h,
+		tailer: eventlog.NewTailer(deps.Postgres, h, log, head, cfg.Poll),
+		conns:  conns, overflows: overflows,
+	}, nil
+}
+
+// Build is the service.Builder of this service.
+func Build(_ context.Context, deps *service.Deps, l *config.Loader) (service.Component, error) {
+	return New(deps, LoadConfig(l))
+}
+
+// Routes registers the SSE routes with their full paths.
+func (s *Service) Routes(r chi.Router) {
+	r.Group(func(r chi.Router) {
+		r.Use(s.deps.Authenticate(), auth.RequireTenant)
+		r.Get("/v1/jobs/{id}/events", s.handleJobEvents)
+		r.Get("/v1/events", s.handleTenantEvents)
+	})
+}
+
+// Streams returns the number of SSE streams this process has open.
+func (s *Service) Streams() int { return s.hub.Len() }
+
+// Run runs the log projection, the tailer and retention until ctx is done.
+func (s *Service) Run(ctx context.Context) error {
+	g, ctx := errgroup.WithContext(ctx)
+	if s.deps.Kafka != nil || len(s.deps.Common.KafkaBrokers) > 0 {
+		g.Go(func() error {
+			return projection.Run(ctx, s.deps.Postgres, projection.Config{
+				Group:    "ferry-sse-log",
+				Topics:   s.deps.Topics.LifecycleTopics(),
+				Kafka:    s.deps.KafkaConfig("sse-log"),
+				MaxBatch: s.cfg.ProjectionBatch,
+				Logger:   s.log,
+			}, s.events.Apply)
+		})
+	}
+	g.Go(func() error { return s.tailer.Run(ctx) })
+	g.Go(func() error { s.prune(ctx); return nil })
+	return g.Wait()
+}
+
+func (s *Service) prune(ctx context.Context) {
+	t := time.NewTicker(s.cfg.PruneInterval)
+	defer t.Stop()
+	for {
+		n, err := s.events.Prune(ctx, s.cfg.Now().Add(-s.cfg.Retention))
+		if err != nil && ctx.Err() == nil {
+			s.log.Warn("sse-bridge: retention failed", "err", err)
+		} else if n > 0 {
+			s.log.Debug("sse-bridge: retention", "deleted", n)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}

@@ -1,0 +1,647 @@
+package ssebridge
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/ferryhq/ferry/events/schema"
+	"github.com/ferryhq/ferry/platform/auth"
+	"github.com/ferryhq/ferry/platform/config"
+	"github.com/ferryhq/ferry/platform/httpx"
+	"github.com/ferryhq/ferry/platform/kafkax"
+	"github.com/ferryhq/ferry/platform/service"
+	"github.com/ferryhq/ferry/platform/testenv"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		// The OpenTelemetry and kotel globals may start background work
+		// that lives for the process.
+		goleak.IgnoreTopFunction("go.opencensus.io/stats/view.(*worker).start"),
+		goleak.IgnoreAnyFunction("net/http.(*persistConn).writeLoop"),
+		goleak.IgnoreAnyFunction("net/http.(*persistConn).readLoop"),
+		goleak.IgnoreAnyFunction("internal/poll.runtime_pollWait"),
+	)
+}
+
+type bundle struct {
+	svc  *Service
+	deps *service.Deps
+	srv  *httptest.Server
+	keyA string // tenant acme
+	keyB string // tenant globex
+}
+
+// setup starts the service over real Postgres and an embedded Kafka broker
+// behind a real HTTP server. listen, if not nil, wraps the server's listener.
+func setup(t *testing.T, cfg Config, listen func(net.Listener) net.Listener) *bundle {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	common := config.Common{
+		KafkaBrokers: []string{testenv.Kafka(t)}, TopicPrefix: "ferry.", TopicPartitions: 3,
+		PostgresURL: testenv.Postgres(t), PostgresMaxConns: 8, ShutdownTimeout: 5 * time.Second,
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	deps, err := service.Open(ctx, common, log, Needs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &bundle{deps: deps, keyA: "fry_test_acme_" + t.Name(), keyB: "fry_test_globex_" + t.Name()}
+	for tenant, key := range map[string]string{"acme": b.keyA, "globex": b.keyB} {
+		if err := auth.EnsureTenant(ctx, deps.Postgres, tenant, tenant, key); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if cfg.JobGrace == 0 {
+		cfg.JobGrace = 3 * time.Second
+	}
+	b.svc, err = New(deps, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	router := httpx.NewRouter("sse-bridge", deps.Checks(), nil)
+	b.svc.Routes(router)
+	b.srv = httptest.NewUnstartedServer(router)
+	if listen != nil {
+		b.srv.Listener = listen(b.srv.Listener)
+	}
+	b.srv.Config.BaseContext = func(net.Listener) context.Context { return ctx }
+	b.srv.Start()
+	done := make(chan error, 1)
+	go func() { done <- b.svc.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel() // ends the streams (their base context) and the loops
+		b.srv.CloseClientConnections()
+		b.srv.Close()
+		if err := <-done; err != nil {
+			t.Errorf("run: %v", err)
+		}
+		deps.Close()
+	})
+	return b
+}
+
+// job builds the lifecycle events of one job.
+type job struct {
+	id, tenant, queue, typ string
+	tags                   []string
+}
+
+func (j job) ref(attempt int) schema.JobRef {
+	return schema.JobRef{JobID: j.id, TenantID: j.tenant, Attempt: attempt}
+}
+
+func (j job) enqueued() schema.Data {
+	now := time.Now().UTC()
+	return schema.Enqueued{JobRef: j.ref(1), Job: schema.JobSpec{Type: j.typ, Queue: j.queue, Priority: 5, MaxAttempts: 5, Tags: j.tags, Pool: "short"},
+		CreatedAt: now, RunAt: now, Reason: schema.ReasonSubmitted}
+}
+func (j job) started() schema.Data {
+	return schema.Started{JobRef: j.ref(1), WorkerID: "w1", DispatchID: "d1", StartedAt: time.Now().UTC()}
+}
+func (j job) progress(pct float64, msg string) schema.Data {
+	return schema.Progress{JobRef: j.ref(1), WorkerID: "w1", DispatchID: "d1", Percent: pct, Message: msg, At: time.Now().UTC()}
+}
+func (j job) completed() schema.Data {
+	now := time.Now().UTC()
+	return schema.Completed{JobRef: j.ref(1), WorkerID: "w1", DispatchID: "d1", Result: json.RawMessage(`{"ok": true}`), StartedAt: now, FinishedAt: now}
+}
+func (j job) failed() schema.Data {
+	now := time.Now().UTC()
+	return schema.Failed{JobRef: j.ref(1), WorkerID: "w1", DispatchID: "d1", Error: schema.ErrorInfo{Class: schema.ClassAppError, Message: "boom"}, StartedAt: now, FinishedAt: now}
+}
+
+// produce writes events to their lifecycle topics, one at a time, in order.
+func (b *bundle) produce(t *testing.T, events ...schema.Data) {
+	t.Helper()
+	for _, d := range events {
+		lc := d.(schema.Lifecycle)
+		rec, err := schema.NewRecord(b.deps.Topics.Lifecycle(lc.EventType()), "ferry/test", d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := kafkax.ProduceAll(context.Background(), b.deps.Kafka, rec); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// produceLogged produces events one at a time, each once the previous one
+// is in the log. Events of one job travel on different topics, which Kafka
+// does not order among themselves; tests that check the order of events
+// across topics use it to fix the order of arrival.
+func (b *bundle) produceLogged(t *testing.T, events ...schema.Data) {
+	t.Helper()
+	for _, e := range events {
+		n := b.logged(t)
+		b.produce(t, e)
+		b.waitLogged(t, n+1)
+	}
+}
+
+func (b *bundle) logged(t *testing.T) int64 {
+	t.Helper()
+	var n int64
+	if err := b.deps.Postgres.QueryRow(context.Background(), `SELECT count(*) FROM sse_events`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// waitLogged waits until the log holds n events.
+func (b *bundle) waitLogged(t *testing.T, n int64) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		var got int64
+		if err := b.deps.Postgres.QueryRow(context.Background(), `SELECT count(*) FROM sse_events`).Scan(&got); err != nil {
+			t.Fatal(err)
+		}
+		if got >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("log holds %d events, want %d", got, n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// frame is one SSE message (or comment, with event "comment").
+type frame struct {
+	id    string
+	event string
+	data  string
+}
+
+func (f frame) String() string {
+	d := f.data
+	if len(d) > 60 {
+		d = d[:60] + "…"
+	}
+	return fmt.Sprintf("{%s %s %s}", f.id, f.event, d)
+}
+
+func (f frame) seq() int64 { n, _ := strconv.ParseInt(f.id, 10, 64); return n }
+
+func (f frame) payload(t *testing.T) map[string]any {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal([]byte(f.data), &m); err != nil {
+		t.Fatalf("data %q: %v", f.data, err)
+	}
+	return m
+}
+
+// sseClient is a real SSE client over HTTP.
+type sseClient struct {
+	res    *http.Response
+	frames chan frame
+}
+
+func (b *bundle) open(t *testing.T, key, path, lastID string) *sseClient {
+	t.Helper()
+	c, status := b.tryOpen(t, key, path, lastID)
+	if status != http.StatusOK {
+		t.Fatalf("GET %s: status %d", path, status)
+	}
+	return c
+}
+
+func (b *bundle) tryOpen(t *testing.T, key, path, lastID string) (*sseClient, int) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, b.srv.URL+path, nil)
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Accept", "text/event-stream")
+	if lastID != "" {
+		req.Header.Set("Last-Event-ID", lastID)
+	}
+	res, err := b.srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.StatusCode != http.StatusOK {
+		res.Body.Close()
+		return nil, res.StatusCode
+	}
+	if ct := res.Header.Get("Content-Type"); ct != "text/event-stream" {
+		t.Fatalf("Content-Type %q", ct)
+	}
+	c := &sseClient{res: res, frames: make(chan frame, 4096)}
+	t.Cleanup(c.close)
+	go c.read()
+	return c, res.StatusCode
+}
+
+func (c *sseClient) read() {
+	defer close(c.frames)
+	sc := bufio.NewScanner(c.res.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	var f frame
+	var has bool
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case line == "":
+			if has {
+				c.frames <- f
+			}
+			f, has = frame{}, false
+		case strings.HasPrefix(line, ":"):
+			c.frames <- frame{event: "comment", data: strings.TrimSpace(line[1:])}
+		default:
+			k, v, _ := strings.Cut(line, ":")
+			v = strings.TrimPrefix(v, " ")
+			switch k {
+			case "id":
+				f.id, has = v, true
+			case "event":
+				f.event, has = v, true
+			case "data":
+				f.data, has = v, true
+			}
+		}
+	}
+}
+
+func (c *sseClient) close() { c.res.Body.Close() }
+
+// next returns the next event (comments and retry lines skipped); ok is
+// false when the server closed the stream.
+func (c *sseClient) next(t *testing.T) (frame, bool) {
+	t.Helper()
+	timeout := time.After(15 * time.Second)
+	for {
+		select {
+		case f, ok := <-c.frames:
+			if !ok {
+				return f, false
+			}
+			if f.event == "comment" || f.event == "" {
+				continue
+			}
+			return f, true
+		case <-timeout:
+			t.Fatal("no event within 15s")
+		}
+	}
+}
+
+// expect reads len(events) events and checks their names and job ids.
+func (c *sseClient) expect(t *testing.T, want ...string) []frame {
+	t.Helper()
+	var got []frame
+	for i := range want {
+		f, ok := c.next(t)
+		if !ok {
+			if len(got) > 5 {
+				got = got[len(got)-5:]
+			}
+			t.Fatalf("stream closed after %d of %d events; last events %v", i, len(want), got)
+		}
+		got = append(got, f)
+		name := f.event
+		if jobID, _ := f.payload(t)["job_id"].(string); jobID != "" && strings.Contains(want[i], "/") {
+			name = jobID + "/" + f.event
+		}
+		if name != want[i] {
+			if len(got) > 5 {
+				got = got[len(got)-5:]
+			}
+			t.Fatalf("event %d is %s (%v), want %s; last events %v", i, name, f, want[i], got)
+		}
+		if i > 0 && f.seq() <= got[i-1].seq() {
+			t.Fatalf("ids not increasing: %s after %s", f.id, got[i-1].id)
+		}
+	}
+	return got
+}
+
+func (c *sseClient) expectClosed(t *testing.T) {
+	t.Helper()
+	if f, ok := c.next(t); ok {
+		t.Fatalf("want the stream closed, got %+v", f)
+	}
+}
+
+func TestJobStreamLiveInOrderThenCloses(t *testing.T) {
+	b := setup(t, Config{}, nil)
+	j := job{id: "job_live", tenant: "acme", queue: "default", typ: "email", tags: []string{"x"}}
+	b.produce(t, j.enqueued())
+	c := b.open(t, b.keyA, "/v1/jobs/job_live/events", "")
+	c.expect(t, "enqueued")
+	b.produceLogged(t, j.started(), j.progress(10, "a"), j.progress(50, "b"), j.progress(90, "c"), j.completed())
+	got := c.expect(t, "started", "progress", "progress", "progress", "completed")
+	c.expectClosed(t)
+
+	p := got[1].payload(t)
+	if p["type"] != "progress" || p["job_id"] != "job_live" || p["tenant_id"] != "acme" || p["attempt"] != float64(1) || p["id"] == "" || p["time"] == "" {
+		t.Fatalf("progress payload %v", p)
+	}
+	if d, _ := p["data"].(map[string]any); d["percent"] != float64(10) || d["message"] != "a" {
+		t.Fatalf("progress data %v", p["data"])
+	}
+	if b.svc.Streams() != 0 {
+		t.Fatalf("%d streams still open", b.svc.Streams())
+	}
+}
+
+func TestReconnectWithLastEventIDMissesNothingTwice(t *testing.T) {
+	b := setup(t, Config{}, nil)
+	j := job{id: "job_resume", tenant: "acme", queue: "default", typ: "email"}
+	b.produceLogged(t, j.enqueued(), j.started(), j.progress(1, "p1"))
+	c := b.open(t, b.keyA, "/v1/jobs/job_resume/events", "")
+	got := c.expect(t, "enqueued", "started", "progress")
+	c.close()
+
+	// While the client is away.
+	b.produce(t, j.progress(2, "p2"), j.progress(3, "p3"))
+	b.waitLogged(t, 5)
+	c = b.open(t, b.keyA, "/v1/jobs/job_resume/events", got[2].id)
+	again := c.expect(t, "progress", "progress")
+	b.produceLogged(t, j.progress(4, "p4"), j.completed())
+	again = append(again, c.expect(t, "progress", "completed")...)
+	c.expectClosed(t)
+	for i, f := range again {
+		if f.seq() <= got[2].seq() {
+			t.Fatalf("event %d (id %s) was already sent before the reconnect", i, f.id)
+		}
+		if i < 3 {
+			if m := f.payload(t)["data"].(map[string]any)["message"]; m != fmt.Sprintf("p%d", i+2) {
+				t.Fatalf("event %d message %v, want p%d", i, m, i+2)
+			}
+		}
+	}
+
+	// An EventSource reconnecting after the final event is told to stop.
+	if _, status := b.tryOpen(t, b.keyA, "/v1/jobs/job_resume/events", again[3].id); status != http.StatusNoContent {
+		t.Fatalf("reconnect after the final event: status %d, want 204", status)
+	}
+}
+
+func TestFinishedJobReplaysHistoryThenCloses(t *testing.T) {
+	b := setup(t, Config{}, nil)
+	j := job{id: "job_done", tenant: "acme", queue: "default", typ: "email"}
+	b.produceLogged(t, j.enqueued(), j.started(), j.progress(50, ""), j.failed(), j.completed())
+	// A late duplicate-looking report after the final event is not shown.
+	b.produce(t, j.progress(99, "late"))
+	b.waitLogged(t, 5)
+	c := b.open(t, b.keyA, "/v1/jobs/job_done/events", "")
+	c.expect(t, "enqueued", "started", "progress", "failed", "completed")
+	c.expectClosed(t)
+}
+
+func TestTenantStreamFilters(t *testing.T) {
+	b := setup(t, Config{}, nil)
+	a := job{id: "job_a", tenant: "acme", queue: "bulk", typ: "email", tags: []string{"vip"}}
+	s := job{id: "job_s", tenant: "acme", queue: "default", typ: "sms"}
+	all := b.open(t, b.keyA, "/v1/events", "")
+	bulk := b.open(t, b.keyA, "/v1/events?queue=bulk", "")
+	sms := b.open(t, b.keyA, "/v1/events?type=sms", "")
+	vip := b.open(t, b.keyA, "/v1/events?tag=vip,other", "")
+	ends := b.open(t, b.keyA, "/v1/events?event=completed&event=failed", "")
+	mixed := b.open(t, b.keyA, "/v1/events?type=email&event=started", "")
+
+	b.produceLogged(t, a.enqueued(), s.enqueued(), a.started(), s.started(), s.failed(), a.completed())
+	all.expect(t, "job_a/enqueued", "job_s/enqueued", "job_a/started", "job_s/started", "job_s/failed", "job_a/completed")
+	bulk.expect(t, "job_a/enqueued", "job_a/started", "job_a/completed")
+	sms.expect(t, "job_s/enqueued", "job_s/started", "job_s/failed")
+	vip.expect(t, "job_a/enqueued", "job_a/started", "job_a/completed")
+	ends.expect(t, "job_s/failed", "job_a/completed")
+	mixed.expect(t, "job_a/started")
+
+	// Tenant streams stay open after a job ends, and resume too.
+	resumed := b.open(t, b.keyA, "/v1/events?queue=bulk", "0")
+	resumed.expect(t, "job_a/enqueued", "job_a/started", "job_a/completed")
+
+	if _, status := b.tryOpen(t, b.keyA, "/v1/events?event=exploded", ""); status != http.StatusBadRequest {
+		t.Fatalf("unknown event filter: status %d, want 400", status)
+	}
+	if _, status := b.tryOpen(t, b.keyA, "/v1/events", "abc"); status != http.StatusBadRequest {
+		t.Fatalf("bad Last-Event-ID: status %d, want 400", status)
+	}
+}
+
+func TestTenantIsolation(t *testing.T) {
+	b := setup(t, Config{JobGrace: 200 * time.Millisecond}, nil)
+	mine := job{id: "job_acme", tenant: "acme", queue: "default", typ: "email"}
+	theirs := job{id: "job_globex", tenant: "globex", queue: "default", typ: "email"}
+	globexAll := b.open(t, b.keyB, "/v1/events", "")
+	b.produceLogged(t, mine.enqueued(), mine.started(), theirs.enqueued())
+	globexAll.expect(t, "job_globex/enqueued")
+	b.waitLogged(t, 3)
+
+	if _, status := b.tryOpen(t, b.keyB, "/v1/jobs/job_acme/events", ""); status != http.StatusNotFound {
+		t.Fatalf("another tenant's job: status %d, want 404", status)
+	}
+	if _, status := b.tryOpen(t, b.keyA, "/v1/jobs/job_nope/events", ""); status != http.StatusNotFound {
+		t.Fatalf("unknown job: status %d, want 404", status)
+	}
+	if _, status := b.tryOpen(t, "fry_wrong", "/v1/events", ""); status != http.StatusUnauthorized {
+		t.Fatalf("bad key: status %d, want 401", status)
+	}
+	// Resuming globex's stream from the start replays only globex's events.
+	again := b.open(t, b.keyB, "/v1/events", "0")
+	again.expect(t, "job_globex/enqueued")
+	b.produce(t, theirs.started())
+	again.expect(t, "job_globex/started")
+}
+
+func TestRetentionResets(t *testing.T) {
+	b := setup(t, Config{}, nil)
+	j := job{id: "job_old", tenant: "acme", queue: "default", typ: "email"}
+	b.produce(t, j.enqueued(), j.started())
+	b.waitLogged(t, 2)
+	if _, err := b.svc.events.Prune(context.Background(), time.Now().Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	c := b.open(t, b.keyA, "/v1/events", "1")
+	f := c.expect(t, "reset")[0]
+	if f.seq() < 2 {
+		t.Fatalf("reset id %s, want the head (≥ 2)", f.id)
+	}
+	b.produce(t, job{id: "job_new", tenant: "acme"}.enqueued())
+	c.expect(t, "job_new/enqueued")
+}
+
+// firstConnSmall gives the first accepted connection (the stalled client's)
+// a tiny send buffer.
+type firstConnSmall struct {
+	net.Listener
+	once sync.Once
+}
+
+func (l *firstConnSmall) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if tc, ok := c.(*net.TCPConn); ok {
+		l.once.Do(func() { _ = tc.SetWriteBuffer(4096) })
+	}
+	return c, err
+}
+
+func TestStalledClientIsCutOffWithoutDelayingOthers(t *testing.T) {
+	b := setup(t, Config{Buffer: 64, WriteTimeout: time.Second}, func(l net.Listener) net.Listener { return &firstConnSmall{Listener: l} })
+
+	// A client that sends its request and never reads, with tiny TCP
+	// buffers on both ends.
+	d := net.Dialer{Control: func(_, _ string, c syscall.RawConn) error {
+		return c.Control(func(fd uintptr) { _ = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 2048) })
+	}}
+	raw, err := d.Dial("tcp", b.srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	_ = raw.(*net.TCPConn).SetReadBuffer(2048)
+	fmt.Fprintf(raw, "GET /v1/events HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n\r\n", b.keyA)
+
+	healthy := b.open(t, b.keyA, "/v1/events", "")
+	deadline := time.Now().Add(10 * time.Second)
+	for b.svc.Streams() < 2 {
+		if time.Now().After(deadline) {
+			t.Fatal("stalled client never connected")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	j := job{id: "job_flood", tenant: "acme", queue: "default", typ: "email"}
+	msg := strings.Repeat("m", 2000)
+	var evs []schema.Data
+	const n = 600
+	b.produceLogged(t, j.enqueued(), j.started())
+	for i := range n {
+		evs = append(evs, j.progress(float64(i)/n*100, msg))
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() { b.produce(t, evs...) })
+	want := make([]string, len(evs)+2)
+	want[0], want[1] = "enqueued", "started"
+	for i := 2; i < len(want); i++ {
+		want[i] = "progress"
+	}
+	healthy.expect(t, want...)
+	wg.Wait()
+
+	// The stalled client is disconnected (overflow, or the write timeout
+	// if the server is blocked writing to it); the healthy one stays.
+	deadline = time.Now().Add(15 * time.Second)
+	for b.svc.Streams() != 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d streams open, want only the healthy one", b.svc.Streams())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	b.produce(t, j.completed())
+	healthy.expect(t, "completed")
+}
+
+func TestBurstCatchesUpFromTheLog(t *testing.T) {
+	b := setup(t, Config{Buffer: 4}, nil)
+	c := b.open(t, b.keyA, "/v1/events", "")
+	j := job{id: "job_burst", tenant: "acme", queue: "default", typ: "email"}
+	b.produce(t, j.enqueued())
+	c.expect(t, "job_burst/enqueued")
+	// 20 events committed at once reach the hub in one publish, which
+	// overflows the 4-event buffer: the client catches up from the log.
+	b.insertBurst(t, "job_burst", 20)
+	want := make([]string, 20)
+	for i := range want {
+		want[i] = "job_burst/progress"
+	}
+	c.expect(t, want...)
+	b.produce(t, j.completed())
+	c.expect(t, "job_burst/completed")
+}
+
+func TestClientTooFarBehindGetsOverflow(t *testing.T) {
+	b := setup(t, Config{Buffer: 4, MaxLag: 8}, nil)
+	c := b.open(t, b.keyA, "/v1/events", "")
+	j := job{id: "job_lag", tenant: "acme", queue: "default", typ: "email"}
+	b.produce(t, j.enqueued())
+	first := c.expect(t, "job_lag/enqueued")[0]
+	b.insertBurst(t, "job_lag", 20)
+	var f frame
+	var ok bool
+	for f, ok = c.next(t); ok && f.event != "overflow"; f, ok = c.next(t) {
+	}
+	if !ok {
+		t.Fatal("stream closed without an overflow event")
+	}
+	if f.seq() < first.seq()+8 {
+		t.Fatalf("overflow id %s, want the last id sent (≥ %d)", f.id, first.seq()+8)
+	}
+	c.expectClosed(t)
+	// Resuming from the overflow id gets the rest.
+	c = b.open(t, b.keyA, "/v1/events", f.id)
+	rest := 20 - int(f.seq()-first.seq())
+	want := make([]string, rest)
+	for i := range want {
+		want[i] = "job_lag/progress"
+	}
+	c.expect(t, want...)
+}
+
+// insertBurst commits n progress events of jobID in one transaction, as
+// one projection batch would.
+func (b *bundle) insertBurst(t *testing.T, jobID string, n int) {
+	t.Helper()
+	_, err := b.deps.Postgres.Exec(context.Background(), `
+		INSERT INTO sse_events (ce_id, tenant, job_id, event, data, occurred_at)
+		SELECT $1 || g, 'acme', $1, 'progress', json_build_object('job_id', $1::text, 'type', 'progress', 'n', g), now()
+		FROM generate_series(1, $2) g ORDER BY g;
+		`, jobID, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.deps.Postgres.Exec(context.Background(), `SELECT pg_notify('ferry_sse_log', '')`); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestManyIdleStreams(t *testing.T) {
+	b := setup(t, Config{KeepAlive: 300 * time.Millisecond}, nil)
+	const n = 200
+	clients := make([]*sseClient, n)
+	for i := range clients {
+		clients[i] = b.open(t, b.keyA, "/v1/events", "")
+	}
+	if got := b.svc.Streams(); got != n {
+		t.Fatalf("%d streams open, want %d", got, n)
+	}
+	// Keep-alive comments flow on idle streams.
+	timeout := time.After(10 * time.Second)
+	for {
+		select {
+		case f := <-clients[0].frames:
+			if f.event != "comment" || f.data != "keep-alive" {
+				continue
+			}
+		case <-timeout:
+			t.Fatal("no keep-alive comment")
+		}
+		break
+	}
+	time.Sleep(time.Second)
+	if got := b.svc.Streams(); got != n {
+		t.Fatalf("%d streams open after idling, want %d", got, n)
+	}
+	b.produce(t, job{id: "job_one", tenant: "acme"}.enqueued())
+	for _, c := range clients {
+		c.expect(t, "job_one/enqueued")
+	}
+}
