@@ -16,6 +16,15 @@
 // the request hash for the job's lifetime. A batch applies the header key K
 // to item i as "K#i"; an item may carry its own idempotency_key instead.
 //
+// # Tenants and limits
+//
+// The admin routes (/v1/admin/..., admin key only) create tenants, change
+// their settings and issue and revoke API keys in the shared tenants and
+// api_keys tables (platform/auth). Submissions are bounded per tenant by a
+// Redis token bucket (internal/limits), by max_queued against the
+// tenant_job_counts row the projection keeps, and by max_payload_bytes; see
+// docs/tenancy.md.
+//
 // # Status projection
 //
 // The service consumes every lifecycle topic (group ferry-api-status) and
@@ -39,6 +48,7 @@ import (
 	"github.com/ferryhq/ferry/platform/projection"
 	"github.com/ferryhq/ferry/platform/service"
 	"github.com/ferryhq/ferry/services/api/internal/idem"
+	"github.com/ferryhq/ferry/services/api/internal/limits"
 	"github.com/ferryhq/ferry/services/api/internal/store"
 )
 
@@ -67,6 +77,11 @@ type Config struct {
 	// ProjectionBatch bounds the records applied per projection
 	// transaction. Defaults to 2000.
 	ProjectionBatch int
+	// TenantCacheTTL is how long a tenant's settings are cached. Defaults to 1s.
+	TenantCacheTTL time.Duration
+	// CountsCacheTTL is how long a tenant's unfinished-job counts (for
+	// max_queued) are cached. Defaults to 1s.
+	CountsCacheTTL time.Duration
 	// Now is the clock. Defaults to time.Now.
 	Now func() time.Time
 }
@@ -90,6 +105,12 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.ProjectionBatch == 0 {
 		c.ProjectionBatch = 2000
+	}
+	if c.TenantCacheTTL == 0 {
+		c.TenantCacheTTL = time.Second
+	}
+	if c.CountsCacheTTL == 0 {
+		c.CountsCacheTTL = time.Second
 	}
 	if c.Now == nil {
 		c.Now = time.Now
@@ -136,11 +157,13 @@ func Build(ctx context.Context, deps *service.Deps, l *config.Loader) (service.C
 
 // Service is the api service.
 type Service struct {
-	deps  *service.Deps
-	cfg   Config
-	log   *slog.Logger
-	store *store.Store
-	idem  *idem.Store
+	deps    *service.Deps
+	cfg     Config
+	log     *slog.Logger
+	store   *store.Store
+	idem    *idem.Store
+	tenants *auth.TenantCache
+	counts  *limits.Counter[store.Counts]
 }
 
 var _ service.Component = (*Service)(nil)
@@ -163,12 +186,15 @@ func New(deps *service.Deps, cfg Config) (*Service, error) {
 	if err := store.Migrate(context.Background(), deps.Postgres); err != nil {
 		return nil, fmt.Errorf("api: %w", err)
 	}
+	st := store.New(deps.Postgres, log)
 	return &Service{
-		deps:  deps,
-		cfg:   cfg,
-		log:   log,
-		store: store.New(deps.Postgres, log),
-		idem:  idem.New(deps.Redis, cfg.IdempotencyTTL, cfg.SubmittedTTL),
+		deps:    deps,
+		cfg:     cfg,
+		log:     log,
+		store:   st,
+		idem:    idem.New(deps.Redis, cfg.IdempotencyTTL, cfg.SubmittedTTL),
+		tenants: auth.NewTenantCache(deps.Postgres, cfg.TenantCacheTTL),
+		counts:  limits.NewCounter(cfg.CountsCacheTTL, st.TenantCounts),
 	}, nil
 }
 
@@ -185,6 +211,16 @@ func (s *Service) Routes(r chi.Router) {
 		r.Get("/v1/jobs", s.handleList)
 		r.Get("/v1/jobs/{id}", s.handleGet)
 		r.Post("/v1/jobs/{id}/cancel", s.handleCancel)
+	})
+	r.Group(func(r chi.Router) {
+		r.Use(s.deps.Authenticate(), auth.RequireAdmin)
+		r.Post("/v1/admin/tenants", s.handleCreateTenant)
+		r.Get("/v1/admin/tenants", s.handleListTenants)
+		r.Get("/v1/admin/tenants/{id}", s.handleGetTenant)
+		r.Patch("/v1/admin/tenants/{id}", s.handleUpdateTenant)
+		r.Post("/v1/admin/tenants/{id}/keys", s.handleCreateKey)
+		r.Get("/v1/admin/tenants/{id}/keys", s.handleListKeys)
+		r.Delete("/v1/admin/keys/{key_id}", s.handleRevokeKey)
 	})
 }
 

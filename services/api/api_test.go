@@ -28,6 +28,9 @@ import (
 	"github.com/ferryhq/ferry/services/api/internal/submit"
 )
 
+// adminKey is the operator key of the test services.
+const adminKey = "admin-test-key"
+
 type bundle struct {
 	srv     *httptest.Server
 	deps    *service.Deps
@@ -44,7 +47,7 @@ func setup(t *testing.T, cfg api.Config) *bundle {
 	common := config.Common{
 		KafkaBrokers: []string{b.brokers}, TopicPrefix: "ferry.", TopicPartitions: 3,
 		PostgresURL: testenv.Postgres(t), PostgresMaxConns: 8, RedisURL: testenv.Redis(t),
-		ShutdownTimeout: 5 * time.Second,
+		ShutdownTimeout: 5 * time.Second, AdminKey: adminKey,
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	deps, err := service.Open(ctx, common, log, api.Needs)

@@ -71,8 +71,13 @@ func validationError(inv *submit.Invalid) *httpx.Error {
 }
 
 func (s *Service) handleSubmit(w http.ResponseWriter, r *http.Request) {
+	settings, err := s.tenantSettings(r.Context())
+	if err != nil {
+		httpx.WriteError(w, r, err)
+		return
+	}
 	var req submit.Request
-	if err := httpx.DecodeJSON(w, r, int64(s.cfg.MaxPayloadBytes)+envelopeSlack, &req); err != nil {
+	if err := httpx.DecodeJSON(w, r, int64(s.maxPayload(settings))+envelopeSlack, &req); err != nil {
 		httpx.WriteError(w, r, err)
 		return
 	}
@@ -86,7 +91,7 @@ func (s *Service) handleSubmit(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteError(w, r, e)
 		return
 	}
-	out, err := s.submit(r.Context(), []item{{req: req, key: key}})
+	out, err := s.submit(r.Context(), settings, []item{{req: req, key: key}})
 	if err != nil {
 		httpx.WriteError(w, r, err)
 		return
@@ -114,6 +119,11 @@ type itemError struct {
 }
 
 func (s *Service) handleBatch(w http.ResponseWriter, r *http.Request) {
+	settings, err := s.tenantSettings(r.Context())
+	if err != nil {
+		httpx.WriteError(w, r, err)
+		return
+	}
 	var body struct {
 		Jobs []json.RawMessage `json:"jobs"`
 	}
@@ -148,7 +158,7 @@ func (s *Service) handleBatch(w http.ResponseWriter, r *http.Request) {
 			items[i].key = header + "#" + strconv.Itoa(i)
 		}
 	}
-	out, err := s.submit(r.Context(), items)
+	out, err := s.submit(r.Context(), settings, items)
 	if err != nil {
 		httpx.WriteError(w, r, err)
 		return
@@ -206,8 +216,10 @@ func itemDecodeError(err error) *httpx.Error {
 }
 
 // submit validates, deduplicates and produces items. It returns an error only
-// when the whole request fails (a store is unreachable).
-func (s *Service) submit(ctx context.Context, items []item) ([]outcome, error) {
+// when the whole request fails: a store is unreachable, or the new jobs of
+// the request would exceed the tenant's rate limit or queue limit (limits
+// apply to a request all or nothing: no item is accepted).
+func (s *Service) submit(ctx context.Context, settings auth.Settings, items []item) ([]outcome, error) {
 	p, _ := auth.FromContext(ctx)
 	tenant := p.TenantID
 	now := s.cfg.Now().UTC().Truncate(time.Microsecond)
@@ -220,7 +232,7 @@ func (s *Service) submit(ctx context.Context, items []item) ([]outcome, error) {
 			out[i].err = it.err
 			continue
 		}
-		a, err := submit.Validate(it.req, now, submit.Limits{MaxPayloadBytes: s.cfg.MaxPayloadBytes})
+		a, err := submit.Validate(it.req, now, submit.Limits{MaxPayloadBytes: s.maxPayload(settings)})
 		if err != nil {
 			var inv *submit.Invalid
 			if errors.As(err, &inv) {
@@ -297,6 +309,21 @@ func (s *Service) submit(ctx context.Context, items []item) ([]outcome, error) {
 		}
 	}
 
+	// Limits count the jobs this request would create; replays and rejected
+	// items cost nothing.
+	fresh := 0
+	for i := range items {
+		if out[i].err == nil && !skip[i] {
+			fresh++
+		}
+	}
+	if fresh > 0 {
+		if err := s.checkLimits(ctx, tenant, settings, fresh); err != nil {
+			_ = s.idem.Release(context.WithoutCancel(ctx), tenant, owned)
+			return nil, err
+		}
+	}
+
 	// Produce every new job in one call.
 	traceID := ""
 	if sc := trace.SpanContextFromContext(ctx); sc.HasTraceID() {
@@ -353,6 +380,10 @@ func (s *Service) submit(ctx context.Context, items []item) ([]outcome, error) {
 			submitted[cached.ID] = b
 			s.log.DebugContext(ctx, "job submitted", "tenant", tenant, "job_id", cached.ID, "type", cached.Type, "queue", cached.Queue)
 		}
+	}
+	if produced := len(submitted); produced > 0 {
+		// Count what this replica accepted until the cached count refreshes.
+		s.counts.Add(tenant, func(c store.Counts) store.Counts { c.Pending += int64(produced); return c })
 	}
 	bg := context.WithoutCancel(ctx)
 	if err := s.idem.Release(bg, tenant, release); err != nil {

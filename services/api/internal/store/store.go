@@ -154,8 +154,13 @@ func (s *Store) Apply(ctx context.Context, tx pgx.Tx, recs []*kgo.Record) error 
 		existing[key{j.TenantID, j.ID}] = j
 	}
 	var writes []Job
+	deltas := map[string]*countDelta{}
 	for _, k := range order {
 		j, found := existing[k]
+		before := ""
+		if found {
+			before = string(j.Status())
+		}
 		changed := false
 		for _, ev := range byJob[k] {
 			if status.Apply(&j.Row, ev) {
@@ -169,6 +174,13 @@ func (s *Store) Apply(ctx context.Context, tx pgx.Tx, recs []*kgo.Record) error 
 			j.Version = 0
 		}
 		writes = append(writes, j)
+		d := deltas[j.TenantID]
+		if d == nil {
+			d = &countDelta{}
+			deltas[j.TenantID] = d
+		}
+		d.add(before, -1)
+		d.add(string(j.Status()), +1)
 	}
 	if len(writes) == 0 {
 		return nil
@@ -181,7 +193,66 @@ func (s *Store) Apply(ctx context.Context, tx pgx.Tx, recs []*kgo.Record) error 
 			return err
 		}
 	}
+	// Last, so the counter rows are locked for the shortest time; tenants in
+	// a fixed order so two projection transactions never deadlock.
+	return applyCounts(ctx, tx, deltas)
+}
+
+// countDelta is the change of one tenant's tenant_job_counts row.
+type countDelta struct{ pending, running int64 }
+
+func (d *countDelta) add(st string, n int64) {
+	switch schema.Status(st) {
+	case schema.StatusQueued, schema.StatusScheduled:
+		d.pending += n
+	case schema.StatusRunning:
+		d.running += n
+	}
+}
+
+func applyCounts(ctx context.Context, tx pgx.Tx, deltas map[string]*countDelta) error {
+	var tenants []string
+	for t, d := range deltas {
+		if d.pending != 0 || d.running != 0 {
+			tenants = append(tenants, t)
+		}
+	}
+	if len(tenants) == 0 {
+		return nil
+	}
+	sort.Strings(tenants)
+	pending, running := make([]int64, len(tenants)), make([]int64, len(tenants))
+	for i, t := range tenants {
+		pending[i], running[i] = deltas[t].pending, deltas[t].running
+	}
+	_, err := tx.Exec(ctx, `INSERT INTO tenant_job_counts AS c (tenant_id, pending, running)
+		SELECT t, p, r FROM unnest($1::text[], $2::bigint[], $3::bigint[]) AS d(t, p, r) ORDER BY t
+		ON CONFLICT (tenant_id) DO UPDATE SET
+			pending = c.pending + EXCLUDED.pending,
+			running = c.running + EXCLUDED.running`, tenants, pending, running)
+	if err != nil {
+		return fmt.Errorf("store: tenant job counts: %w", err)
+	}
 	return nil
+}
+
+// Counts are a tenant's unfinished jobs as the projection last saw them.
+type Counts struct {
+	Pending int64
+	Running int64
+}
+
+// TenantCounts returns tenant's row of tenant_job_counts (zero if none).
+func (s *Store) TenantCounts(ctx context.Context, tenant string) (Counts, error) {
+	var c Counts
+	err := s.pool.QueryRow(ctx, `SELECT pending, running FROM tenant_job_counts WHERE tenant_id = $1`, tenant).Scan(&c.Pending, &c.Running)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return Counts{}, fmt.Errorf("store: tenant job counts: %w", err)
+	}
+	// A row is created by its first delta; a negative one (a job whose
+	// rows predate the counter) reads as zero.
+	c.Pending, c.Running = max(c.Pending, 0), max(c.Running, 0)
+	return c, nil
 }
 
 // resolveIdempotencyConflicts drops the idempotency key from a new row when

@@ -1,0 +1,82 @@
+package auth_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/ferryhq/ferry/platform/auth"
+	"github.com/ferryhq/ferry/platform/pgstore"
+	"github.com/ferryhq/ferry/platform/testenv"
+)
+
+// TestTenantsAndKeys: a created tenant's key resolves to it with its key
+// id; revocation and disabling are seen once the cache entry expires.
+func TestTenantsAndKeys(t *testing.T) {
+	ctx := context.Background()
+	pool, err := pgstore.Open(ctx, testenv.Postgres(t), 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	if err := auth.Migrate(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	tn, key, plain, err := auth.CreateTenant(ctx, pool, auth.Tenant{ID: "acme", Name: "Acme",
+		Settings: auth.Settings{RateLimit: &auth.RateLimit{PerSecond: 5, Burst: 10}, MaxQueued: 7}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tn.Weight != 1 || tn.Settings.MaxQueued != 7 || key.TenantID != "acme" || plain[:8] != key.Prefix {
+		t.Fatalf("created %+v %+v", tn, key)
+	}
+	if _, _, _, err := auth.CreateTenant(ctx, pool, auth.Tenant{ID: "acme", Name: "again"}); !errors.Is(err, auth.ErrTenantExists) {
+		t.Fatalf("duplicate: %v", err)
+	}
+	ks := auth.NewKeyStore(pool, 200*time.Millisecond)
+	p, err := ks.Resolve(ctx, plain)
+	if err != nil || p.TenantID != "acme" || p.KeyID != key.ID {
+		t.Fatalf("resolve: %+v %v", p, err)
+	}
+	if _, err := auth.RevokeKey(ctx, pool, key.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ks.Resolve(ctx, plain); err != nil {
+		t.Fatalf("cached entry should still answer: %v", err)
+	}
+	time.Sleep(250 * time.Millisecond)
+	if _, err := ks.Resolve(ctx, plain); !errors.Is(err, auth.ErrUnknownKey) {
+		t.Fatalf("revoked key: %v", err)
+	}
+	k2, plain2, err := auth.CreateKey(ctx, pool, "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := auth.CreateKey(ctx, pool, "nope"); !errors.Is(err, auth.ErrTenantNotFound) {
+		t.Fatalf("key for missing tenant: %v", err)
+	}
+	if p, err := ks.Resolve(ctx, plain2); err != nil || p.KeyID != k2.ID {
+		t.Fatalf("second key: %+v %v", p, err)
+	}
+	yes := true
+	u, err := auth.UpdateTenant(ctx, pool, "acme", auth.TenantUpdate{Disabled: &yes})
+	if err != nil || u.DisabledAt == nil || u.Settings.MaxQueued != 7 {
+		t.Fatalf("disable: %+v %v", u, err)
+	}
+	time.Sleep(250 * time.Millisecond)
+	if _, err := ks.Resolve(ctx, plain2); !errors.Is(err, auth.ErrUnknownKey) {
+		t.Fatalf("disabled tenant's key: %v", err)
+	}
+	keys, err := auth.ListKeys(ctx, pool, "acme")
+	if err != nil || len(keys) != 2 || keys[0].ID != k2.ID || keys[1].RevokedAt == nil {
+		t.Fatalf("keys: %+v %v", keys, err)
+	}
+	tc := auth.NewTenantCache(pool, time.Second)
+	if got, found, err := tc.Get(ctx, "acme"); err != nil || !found || got.Settings.RateLimit.Burst != 10 {
+		t.Fatalf("cache: %+v %v %v", got, found, err)
+	}
+	if _, found, err := tc.Get(ctx, "nope"); err != nil || found {
+		t.Fatalf("missing tenant: %v %v", found, err)
+	}
+}
