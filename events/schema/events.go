@@ -125,6 +125,12 @@ const (
 	ReasonRedrive   = "redrive"
 )
 
+// ReasonSuperseded is the reason of the cancelled event the scheduler
+// emits when a job completed by one dispatch while another copy of it was
+// in flight (a late completion after a lost lease): workers stop that copy
+// without reporting, and projections keep the job succeeded.
+const ReasonSuperseded = "superseded"
+
 // Enqueued puts an attempt of a job in line: a submission (attempt 1, from
 // api), a retry decision (attempt n+1, from scheduler) or a re-drive (from dlq).
 type Enqueued struct {

@@ -52,6 +52,9 @@ var Vars = []Var{
 	{"FERRY_SCHEDULER_LEASE", "30s", "Lease a dispatched job holds; started and progress events extend it."},
 	{"FERRY_SCHEDULER_PREFETCH", "16", "Dispatches allowed beyond the pool's free slots, so workers never idle between jobs."},
 	{"FERRY_SCHEDULER_TICK", "5ms", "How often the scheduler promotes due delayed jobs and checks leases when nothing else wakes it."},
+	{"FERRY_SCHEDULER_RETRY_BASE", "1s", "First retry backoff of app_error/retryable/timeout failures: min(base·2^(n-1), max) ±25 % jitter. A job's backoff overrides it."},
+	{"FERRY_SCHEDULER_RETRY_MAX", "10m", "Cap of the exponential retry backoff. A job's backoff overrides it."},
+	{"FERRY_SCHEDULER_RETRY_TYPES", "", "Per job type retry backoff, comma-separated type=base/max (e.g. email.send=5s/1h); between the scheduler defaults and a job's own backoff."},
 
 	// sse-bridge.
 	{"FERRY_SSE_RETENTION", "24h", "How long the sse-bridge keeps events for Last-Event-ID resumption; older positions get an `event: reset`."},

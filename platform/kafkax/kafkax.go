@@ -28,15 +28,21 @@ type Config struct {
 }
 
 // Tracer returns a kotel tracer over the global OpenTelemetry providers (set
-// up by the telemetry package). Its hooks inject the W3C traceparent header
-// into produced records and extract it from fetched ones; consumers call
-// WithProcessSpan to make a record's processing part of the job's trace.
-func Tracer() *kotel.Tracer {
-	return kotel.NewTracer(
+// up by the telemetry package), plus opts (kotel.ClientID,
+// kotel.ConsumerGroup). Its hooks inject the W3C traceparent header into
+// produced records and extract it from fetched ones.
+//
+// Consumer spans are children of the producer's span, not new roots linked
+// to it: a job is one trace from the HTTP request through every Kafka hop,
+// and a record's Context (after it is polled) carries the job's trace, so
+// work started from it (WithProcessSpan, a handler span, records produced
+// with it) continues that trace. Sampling is parent-based, so a job that is
+// not sampled costs no recorded spans downstream either.
+func Tracer(opts ...kotel.TracerOpt) *kotel.Tracer {
+	return kotel.NewTracer(append([]kotel.TracerOpt{
 		kotel.TracerProvider(otel.GetTracerProvider()),
 		kotel.TracerPropagator(otel.GetTextMapPropagator()),
-		kotel.LinkSpans(),
-	)
+	}, opts...)...)
 }
 
 // NewClient returns a client that produces durably (acks=all, idempotent
@@ -57,7 +63,7 @@ func NewClient(cfg Config, extra ...kgo.Opt) (*kgo.Client, error) {
 		kgo.ProducerLinger(cfg.Linger),
 		kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)),
 		kgo.ProducerBatchCompression(kgo.NoCompression()),
-		kgo.WithHooks(kotel.NewKotel(kotel.WithTracer(Tracer())).Hooks()...),
+		kgo.WithHooks(kotel.NewKotel(kotel.WithTracer(Tracer(kotel.ClientID(id)))).Hooks()...),
 	}
 	opts = append(opts, extra...)
 	cl, err := kgo.NewClient(opts...)

@@ -77,6 +77,16 @@ func Run(ctx context.Context, pool *pgxpool.Pool, cfg Config, apply ApplyFunc) e
 		return err
 	}
 	defer cl.Close()
+	lagCtx, stopLag := context.WithCancel(ctx)
+	lagDone := make(chan struct{})
+	go func() {
+		defer close(lagDone)
+		kafkax.WatchLag(lagCtx, cl, cfg.Group, cfg.Topics, func(ctx context.Context) (map[string]map[int32]int64, error) {
+			return loadOffsets(ctx, pool, cfg.Group)
+		})
+	}()
+	defer func() { stopLag(); <-lagDone }()
+	tr := newTracer(cfg.Group)
 	for {
 		fetches := cl.PollRecords(ctx, cfg.MaxBatch)
 		if ctx.Err() != nil {
@@ -90,7 +100,10 @@ func Run(ctx context.Context, pool *pgxpool.Pool, cfg Config, apply ApplyFunc) e
 		})
 		recs := fetches.Records()
 		if len(recs) > 0 {
-			if err := applyWithRetry(ctx, pool, cfg.Group, recs, apply, log); err != nil {
+			spans := tr.start(recs)
+			err := applyWithRetry(ctx, pool, cfg.Group, recs, apply, log)
+			tr.end(spans, err)
+			if err != nil {
 				cl.AllowRebalance()
 				return nil // ctx cancelled mid-retry; the uncommitted batch is re-read on restart
 			}
@@ -160,24 +173,8 @@ func saveOffsets(ctx context.Context, tx pgx.Tx, group string, recs []*kgo.Recor
 // storedOffsets replaces the offsets Kafka would resume from with the ones
 // stored with the rows; partitions never projected start at the beginning.
 func storedOffsets(ctx context.Context, pool *pgxpool.Pool, group string, assigned map[string]map[int32]kgo.Offset) (map[string]map[int32]kgo.Offset, error) {
-	rows, err := pool.Query(ctx, `SELECT topic, partition, next_offset FROM ferry_offsets WHERE consumer_group = $1`, group)
+	stored, err := loadOffsets(ctx, pool, group)
 	if err != nil {
-		return nil, fmt.Errorf("projection: load offsets: %w", err)
-	}
-	stored := map[string]map[int32]int64{}
-	for rows.Next() {
-		var t string
-		var p int32
-		var o int64
-		if err := rows.Scan(&t, &p, &o); err != nil {
-			return nil, err
-		}
-		if stored[t] == nil {
-			stored[t] = map[int32]int64{}
-		}
-		stored[t][p] = o
-	}
-	if err := rows.Err(); err != nil {
 		return nil, err
 	}
 	out := make(map[string]map[int32]kgo.Offset, len(assigned))
@@ -192,4 +189,27 @@ func storedOffsets(ctx context.Context, pool *pgxpool.Pool, group string, assign
 		}
 	}
 	return out, nil
+}
+
+// loadOffsets reads the group's stored next offsets by topic and partition.
+func loadOffsets(ctx context.Context, pool *pgxpool.Pool, group string) (map[string]map[int32]int64, error) {
+	rows, err := pool.Query(ctx, `SELECT topic, partition, next_offset FROM ferry_offsets WHERE consumer_group = $1`, group)
+	if err != nil {
+		return nil, fmt.Errorf("projection: load offsets: %w", err)
+	}
+	defer rows.Close()
+	stored := map[string]map[int32]int64{}
+	for rows.Next() {
+		var t string
+		var p int32
+		var o int64
+		if err := rows.Scan(&t, &p, &o); err != nil {
+			return nil, err
+		}
+		if stored[t] == nil {
+			stored[t] = map[int32]int64{}
+		}
+		stored[t][p] = o
+	}
+	return stored, rows.Err()
 }

@@ -69,6 +69,15 @@ func Setup(ctx context.Context, o Options) (*Telemetry, error) {
 	if o.SpanExporter != nil {
 		tpOpts = append(tpOpts, sdktrace.WithSyncer(o.SpanExporter))
 	}
+	if o.OTLPEndpoint == "" && o.SpanExporter == nil {
+		// Nothing would receive the spans: do not record them. Trace and
+		// span ids are still made and propagated (a job's trace_id stays
+		// meaningful in logs and in its status). With an exporter, the
+		// SDK's default applies: OTEL_TRACES_SAMPLER (for example
+		// parentbased_traceidratio with OTEL_TRACES_SAMPLER_ARG=0.01 at high
+		// rates), else parent-based always-on.
+		tpOpts = append(tpOpts, sdktrace.WithSampler(sdktrace.NeverSample()))
+	}
 	tp := sdktrace.NewTracerProvider(tpOpts...)
 	otel.SetTracerProvider(tp)
 	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))

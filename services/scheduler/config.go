@@ -3,11 +3,13 @@ package scheduler
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/ferryhq/ferry/events/schema"
 	"github.com/ferryhq/ferry/platform/config"
 	"github.com/ferryhq/ferry/platform/service"
+	"github.com/ferryhq/ferry/services/scheduler/internal/retry"
 )
 
 // Needs are the connections the scheduler uses.
@@ -41,6 +43,17 @@ type Config struct {
 	// app_error retries, ±25 % jitter; a job's backoff overrides them.
 	// Default to 1s and 10m.
 	RetryBase, RetryMax time.Duration
+	// RetryTypes overrides RetryBase/RetryMax per job type; a job's own
+	// backoff still overrides these. Read from FERRY_SCHEDULER_RETRY_TYPES
+	// ("type=base/max,…"). Defaults to none.
+	RetryTypes map[string]retry.TypeBackoff
+	// RebuildLockTTL is how long the Redis rebuild lock outlives a replica
+	// that died while rebuilding. Defaults to 30s.
+	RebuildLockTTL time.Duration
+	// EpochCheck is how often an idle scheduler checks that Redis still
+	// holds its state (busy ones notice at their next script call).
+	// Defaults to 1s.
+	EpochCheck time.Duration
 	// Now is the clock. Defaults to time.Now.
 	Now func() time.Time
 	// Rand returns uniform numbers in [0, 1) for the retry jitter.
@@ -83,6 +96,12 @@ func (c Config) WithDefaults() Config {
 	if c.RetryMax <= 0 {
 		c.RetryMax = 10 * time.Minute
 	}
+	if c.RebuildLockTTL <= 0 {
+		c.RebuildLockTTL = 30 * time.Second
+	}
+	if c.EpochCheck <= 0 {
+		c.EpochCheck = time.Second
+	}
 	if c.Now == nil {
 		c.Now = time.Now
 	}
@@ -99,16 +118,54 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("FERRY_SCHEDULER_TICK=%v: must be ≤ 1m", c.Tick))
 	}
 	if c.RetryBase > c.RetryMax {
-		errs = append(errs, errors.New("scheduler: retry base exceeds retry max"))
+		errs = append(errs, errors.New("FERRY_SCHEDULER_RETRY_BASE exceeds FERRY_SCHEDULER_RETRY_MAX"))
+	}
+	for typ, b := range c.RetryTypes {
+		if b.Base < 0 || b.Max < 0 || (b.Base > 0 && b.Max > 0 && b.Base > b.Max) {
+			errs = append(errs, fmt.Errorf("FERRY_SCHEDULER_RETRY_TYPES: %s: base must be ≤ max, both ≥ 0", typ))
+		}
 	}
 	return errors.Join(errs...)
 }
 
-// LoadConfig reads the scheduler's settings; call Validate on the result.
-func LoadConfig(l *config.Loader) Config {
-	return Config{
-		Lease:    l.Duration("FERRY_SCHEDULER_LEASE"),
-		Prefetch: l.Int("FERRY_SCHEDULER_PREFETCH"),
-		Tick:     l.Duration("FERRY_SCHEDULER_TICK"),
+// parseRetryTypes parses "type=base/max" items; a bad item is reported.
+func parseRetryTypes(items []string) (map[string]retry.TypeBackoff, error) {
+	if len(items) == 0 {
+		return nil, nil
 	}
+	out := make(map[string]retry.TypeBackoff, len(items))
+	var errs []error
+	for _, it := range items {
+		typ, spec, ok := strings.Cut(it, "=")
+		base, maxS, ok2 := strings.Cut(spec, "/")
+		typ = strings.TrimSpace(typ)
+		if !ok || !ok2 || typ == "" {
+			errs = append(errs, fmt.Errorf("FERRY_SCHEDULER_RETRY_TYPES: %q: want type=base/max", it))
+			continue
+		}
+		var b retry.TypeBackoff
+		var err1, err2 error
+		b.Base, err1 = time.ParseDuration(strings.TrimSpace(base))
+		b.Max, err2 = time.ParseDuration(strings.TrimSpace(maxS))
+		if err1 != nil || err2 != nil {
+			errs = append(errs, fmt.Errorf("FERRY_SCHEDULER_RETRY_TYPES: %q: %w", it, errors.Join(err1, err2)))
+			continue
+		}
+		out[typ] = b
+	}
+	return out, errors.Join(errs...)
+}
+
+// LoadConfig reads the scheduler's settings; call Validate on the result.
+// A malformed FERRY_SCHEDULER_RETRY_TYPES is returned as the error.
+func LoadConfig(l *config.Loader) (Config, error) {
+	types, err := parseRetryTypes(l.List("FERRY_SCHEDULER_RETRY_TYPES"))
+	return Config{
+		Lease:      l.Duration("FERRY_SCHEDULER_LEASE"),
+		Prefetch:   l.Int("FERRY_SCHEDULER_PREFETCH"),
+		Tick:       l.Duration("FERRY_SCHEDULER_TICK"),
+		RetryBase:  l.Duration("FERRY_SCHEDULER_RETRY_BASE"),
+		RetryMax:   l.Duration("FERRY_SCHEDULER_RETRY_MAX"),
+		RetryTypes: types,
+	}, err
 }

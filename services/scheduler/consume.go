@@ -9,6 +9,7 @@ import (
 
 	"github.com/ferryhq/ferry/events/schema"
 	"github.com/ferryhq/ferry/platform/kafkax"
+	"github.com/ferryhq/ferry/platform/telemetry"
 	"github.com/ferryhq/ferry/services/scheduler/internal/qstore"
 	"github.com/ferryhq/ferry/services/scheduler/internal/retry"
 )
@@ -33,14 +34,21 @@ func (s *Service) consume(ctx context.Context, cl *kgo.Client) error {
 			bctx := context.WithoutCancel(ctx)
 			backoff := 50 * time.Millisecond
 			for {
-				err := s.process(bctx, recs)
+				err := s.processGated(bctx, recs)
 				if err == nil {
 					if err := cl.CommitRecords(bctx, recs...); err != nil {
 						s.log.Warn("commit", "err", err)
 					}
 					break
 				}
-				s.log.Error("process batch", "records", len(recs), "err", err)
+				if errors.Is(err, qstore.ErrNoEpoch) {
+					// The recovery loop rebuilds the state; then this batch
+					// is applied on top of it.
+					s.stateLost()
+					backoff = 50 * time.Millisecond
+				} else {
+					s.log.Error("process batch", "records", len(recs), "err", err)
+				}
 				if ctx.Err() != nil {
 					// Uncommitted: the group's next owner replays it.
 					cl.AllowRebalance()
@@ -60,9 +68,11 @@ func (s *Service) consume(ctx context.Context, cl *kgo.Client) error {
 	}
 }
 
-// failure is a failed record awaiting the retry decision.
-type failure struct {
-	ev schema.Failed
+// processGated is process under the shared gate: never during a rebuild.
+func (s *Service) processGated(ctx context.Context, recs []*kgo.Record) error {
+	s.gate.RLock()
+	defer s.gate.RUnlock()
+	return s.process(ctx, recs)
 }
 
 // process applies one polled batch: one Redis round trip for the whole
@@ -82,12 +92,14 @@ func (s *Service) process(ctx context.Context, recs []*kgo.Record) error {
 			if err := b.Enqueue(d, ev.Time); err != nil {
 				s.log.Warn("skipping enqueued", "job_id", d.JobID, "err", err)
 			}
+			b.Trace(d.JobRef, telemetry.TraceParent(r.Context)) // the dispatch continues this trace (observe.go)
 		case schema.Started:
 			b.Extend(d.JobID, d.DispatchID)
 		case schema.Progress:
 			b.Extend(d.JobID, d.DispatchID)
 		case schema.Completed:
-			b.Complete(d.JobID, d.TenantID)
+			b.Complete(d.JobID, d.TenantID, d.DispatchID)
+			countCompleted(ctx, d.TenantID)
 		case schema.Failed:
 			b.Fail(d.JobID, d.DispatchID, d.Error.Class)
 			failed[[2]string{d.JobID, d.DispatchID}] = d
@@ -111,10 +123,26 @@ func (s *Service) process(ctx context.Context, recs []*kgo.Record) error {
 	if res.Wake {
 		s.wakeAll()
 	}
-	if len(res.Failed) == 0 {
-		return nil
+	out, err := s.decisions(res, failed, now)
+	if err != nil {
+		return err
 	}
+	traceDecisions(ctx, recs, out) // decisions continue their jobs' traces (observe.go)
+	return kafkax.ProduceAll(ctx, s.deps.Kafka, out...)
+}
+
+// decisions are the records that follow from an Apply: the retry or
+// dead-letter decision of each failed attempt, and a stop signal for each
+// superseded copy.
+func (s *Service) decisions(res qstore.ApplyResult, failed map[[2]string]schema.Failed, now time.Time) ([]*kgo.Record, error) {
 	var out []*kgo.Record
+	for _, t := range res.Superseded {
+		rec, err := s.superseded(t, now)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, rec)
+	}
 	for _, t := range res.Failed {
 		f, ok := failed[[2]string{t.JobID, t.DispatchID}]
 		if !ok {
@@ -122,13 +150,27 @@ func (s *Service) process(ctx context.Context, recs []*kgo.Record) error {
 		}
 		rec, err := s.decide(t, f, now)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if rec != nil {
 			out = append(out, rec)
 		}
 	}
-	return kafkax.ProduceAll(ctx, s.deps.Kafka, out...)
+	return out, nil
+}
+
+// superseded is the stop signal for a copy of a job that completed by an
+// earlier dispatch: a cancelled event with reason superseded. Workers stop
+// the copy without reporting; projections keep succeeded, which outranks
+// cancelled.
+func (s *Service) superseded(t qstore.Template, now time.Time) (*kgo.Record, error) {
+	s.log.Info("job completed by an earlier dispatch; stopping the copy in flight", "job_id", t.JobID, "dispatch_id", t.DispatchID)
+	return schema.NewRecord(s.deps.Topics.Lifecycle(schema.EventCancelled), Source, schema.Cancelled{
+		JobRef: schema.JobRef{JobID: t.JobID, TenantID: t.TenantID, Attempt: t.Attempt},
+		Reason: schema.ReasonSuperseded,
+		Actor:  Source,
+		At:     now.UTC(),
+	})
 }
 
 // decide turns a failed attempt into its retry or dead-letter record.
@@ -140,16 +182,19 @@ func (s *Service) decide(t qstore.Template, f schema.Failed, now time.Time) (*kg
 	topics := s.deps.Topics
 	switch d.Action {
 	case retry.Retry:
+		s.countRetry(t, f.Error.Class, d.Delay)
 		return schema.NewRecord(topics.Lifecycle(schema.EventEnqueued), Source, schema.Enqueued{
-			JobRef:    schema.JobRef{JobID: t.JobID, TenantID: t.TenantID, Attempt: t.Attempt + 1},
-			Job:       t.Job,
-			CreatedAt: t.CreatedAt,
-			RunAt:     now.Add(d.Delay).UTC(),
-			Reason:    schema.ReasonRetry,
-			Actor:     Source,
-			History:   hist,
+			JobRef:       schema.JobRef{JobID: t.JobID, TenantID: t.TenantID, Attempt: t.Attempt + 1},
+			Job:          t.Job,
+			CreatedAt:    t.CreatedAt,
+			RunAt:        now.Add(d.Delay).UTC(),
+			Reason:       schema.ReasonRetry,
+			Actor:        Source,
+			History:      hist,
+			RedrivenFrom: t.RedrivenFrom,
 		})
 	case retry.DeadLetter:
+		s.countDeadLetter(context.Background(), t, f.Error.Class)
 		return s.deadLetter(t, schema.ErrorInfo{Class: f.Error.Class, Message: f.Error.Message}, hist, now)
 	}
 	// worker_lost and cancelled are settled inside Redis.
@@ -161,12 +206,13 @@ func (s *Service) deadLetter(t qstore.Template, e schema.ErrorInfo, hist []schem
 		hist = []schema.Attempt{}
 	}
 	return schema.NewRecord(s.deps.Topics.Lifecycle(schema.EventDLQ), Source, schema.DeadLettered{
-		JobRef:    schema.JobRef{JobID: t.JobID, TenantID: t.TenantID, Attempt: t.Attempt},
-		Job:       t.Job,
-		CreatedAt: t.CreatedAt,
-		Error:     e,
-		History:   hist,
-		DeadAt:    now.UTC(),
+		JobRef:       schema.JobRef{JobID: t.JobID, TenantID: t.TenantID, Attempt: t.Attempt},
+		Job:          t.Job,
+		CreatedAt:    t.CreatedAt,
+		Error:        e,
+		History:      hist,
+		DeadAt:       now.UTC(),
+		RedrivenFrom: t.RedrivenFrom,
 	})
 }
 

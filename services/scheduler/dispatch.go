@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -25,7 +26,18 @@ func (s *Service) dispatchLoop(ctx context.Context, pool string) error {
 		if ctx.Err() != nil {
 			return nil
 		}
-		res, err := s.step(ctx, pool)
+		res, err := s.stepGated(ctx, pool)
+		if errors.Is(err, qstore.ErrNoEpoch) {
+			// Wait for the rebuild; it wakes every loop when done.
+			s.stateLost()
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-wake:
+			case <-time.After(s.cfg.EpochCheck):
+			}
+			continue
+		}
 		if err != nil && ctx.Err() == nil {
 			s.log.Error("dispatch step", "pool", pool, "err", err)
 		}
@@ -60,6 +72,13 @@ func (s *Service) dispatchLoop(ctx context.Context, pool string) error {
 			}
 		}
 	}
+}
+
+// stepGated is step under the shared gate: never during a rebuild.
+func (s *Service) stepGated(ctx context.Context, pool string) (qstore.DispatchResult, error) {
+	s.gate.RLock()
+	defer s.gate.RUnlock()
+	return s.step(ctx, pool)
 }
 
 // step runs one dispatch step of pool and produces its records.
@@ -109,6 +128,7 @@ func (s *Service) step(ctx context.Context, pool string) (qstore.DispatchResult,
 		recs = append(recs, rec)
 		owner[rec] = t
 	}
+	s.observeDispatch(pctx, pool, res, recs, owner) // traces and metrics (observe.go)
 	var acks qstore.Batch
 	for _, r := range s.deps.Kafka.ProduceSync(pctx, recs...) {
 		t := owner[r.Record]

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/redis/go-redis/v9"
@@ -35,13 +36,25 @@ type Service struct {
 	// wake holds one channel per pool; a send (never blocking) makes the
 	// pool's dispatch loop run a step at once.
 	wake map[string]chan struct{}
+	// gate is held shared by every batch apply and dispatch step and
+	// exclusively while the Redis state is rebuilt, so normal work pauses.
+	gate sync.RWMutex
+	// lost (capacity 1) tells the recovery loop that a script found the
+	// Redis state gone.
+	lost chan struct{}
+	// owner identifies this replica as holder of the rebuild lock.
+	owner string
 }
 
 var _ service.Component = (*Service)(nil)
 
 // Build is the scheduler's service.Builder.
 func Build(_ context.Context, deps *service.Deps, l *config.Loader) (service.Component, error) {
-	cfg := LoadConfig(l).WithDefaults()
+	cfg, err := LoadConfig(l)
+	if err != nil {
+		return nil, err
+	}
+	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -66,8 +79,10 @@ func New(deps *service.Deps, cfg Config) (*Service, error) {
 		deps:   deps,
 		log:    log.With("service", "scheduler"),
 		store:  newStore(deps.Redis, cfg),
-		policy: retry.Policy{Base: cfg.RetryBase, Max: cfg.RetryMax, Rand: cfg.Rand},
+		policy: retry.Policy{Base: cfg.RetryBase, Max: cfg.RetryMax, Rand: cfg.Rand, Types: cfg.RetryTypes},
 		wake:   make(map[string]chan struct{}, len(cfg.Pools)),
+		lost:   make(chan struct{}, 1),
+		owner:  schema.NewEventID(),
 	}
 	for _, p := range cfg.Pools {
 		s.wake[p] = make(chan struct{}, 1)
@@ -95,8 +110,18 @@ func (s *Service) Topics() []string {
 
 // Run consumes and dispatches until ctx is done. On stop it finishes the
 // batch in hand, commits it and leaves the group.
+//
+// When Redis has no scheduler state (first start, or Redis lost it), Run
+// first rebuilds it from the log (see recover.go); while running, it does
+// the same as soon as the state disappears.
 func (s *Service) Run(ctx context.Context) error {
 	if err := s.store.Load(ctx); err != nil {
+		return err
+	}
+	if err := s.recoverState(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
 		return err
 	}
 	opts := append(kafkax.Group(Group, s.Topics()...), kgo.BlockRebalanceOnPoll())
@@ -106,8 +131,11 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	defer cl.Close()
 
+	defer s.registerGauges()() // observability: queue gauges (observe.go)
 	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { kafkax.WatchLag(gctx, cl, Group, s.Topics(), nil); return nil })
 	g.Go(func() error { return s.consume(gctx, cl) })
+	g.Go(func() error { return s.watchState(gctx) })
 	for _, p := range s.cfg.Pools {
 		g.Go(func() error { return s.dispatchLoop(gctx, p) })
 	}

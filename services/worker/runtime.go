@@ -19,6 +19,7 @@ import (
 	"github.com/ferryhq/ferry/events/schema"
 	"github.com/ferryhq/ferry/platform/kafkax"
 	"github.com/ferryhq/ferry/platform/service"
+	"github.com/ferryhq/ferry/platform/telemetry"
 	"github.com/ferryhq/ferry/services/worker/internal/recent"
 )
 
@@ -90,7 +91,7 @@ func newService(deps *service.Deps, cfg Config, reg *Registry, log *slog.Logger)
 		cfg:           cfg,
 		reg:           reg,
 		log:           log,
-		tracer:        kafkax.Tracer(),
+		tracer:        kafkax.Tracer(kotel.ConsumerGroup("ferry-worker-" + cfg.Pool)),
 		prod:          deps.Kafka,
 		dispatchTopic: deps.Topics.Dispatch(cfg.Pool),
 		workersTopic:  deps.Topics.Workers(),
@@ -140,6 +141,9 @@ func (s *Service) Run(ctx context.Context) error {
 	bgCtx, bgStop := context.WithCancel(context.WithoutCancel(ctx))
 	var bg sync.WaitGroup
 	bg.Go(func() { s.cancelLoop(bgCtx, cancels) })
+	bg.Go(func() {
+		kafkax.WatchLag(bgCtx, consumer, "ferry-worker-"+s.cfg.Pool, []string{s.dispatchTopic}, nil)
+	})
 	statusCtx, statusStop := context.WithCancel(bgCtx)
 	var status sync.WaitGroup
 	status.Go(func() { s.statusLoop(statusCtx) })
@@ -256,12 +260,24 @@ func (s *Service) cancelJob(c schema.Cancelled) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sj, _ := s.seen.Get(c.JobID)
-	sj.cancelled = true
+	superseded := c.Reason == schema.ReasonSuperseded
+	if superseded {
+		// The job completed by another dispatch: stop this copy and report
+		// nothing (the scheduler already freed its slot); never run it again.
+		sj.completed = true
+	} else {
+		sj.cancelled = true
+	}
 	sj.attempt = max(sj.attempt, c.Attempt)
 	s.seen.Put(c.JobID, sj)
 	if r, ok := s.running[c.JobID]; ok {
-		s.log.Info("cancelling running job", "job_id", c.JobID, "attempt", r.ref.Attempt)
-		r.cancel(errJobCancelled)
+		s.log.Info("cancelling running job", append(telemetry.JobAttrs(r.ref, nil), "reason", c.Reason)...)
+		if superseded {
+			r.abandoned = true
+		}
+		if r.cancel != nil {
+			r.cancel(errJobCancelled)
+		}
 	}
 }
 
@@ -407,7 +423,7 @@ func (s *Service) process(hardCtx context.Context, q queued) {
 		s.consumer.MarkCommitRecords(q.rec)
 		return
 	}
-	log := s.log.With("job_id", d.JobID, "attempt", d.Attempt, "dispatch_id", d.DispatchID)
+	log := s.log.With(append(telemetry.JobAttrs(d.JobRef, q.rec.Context), "dispatch_id", d.DispatchID)...)
 	s.mu.Lock()
 	if g, ok := s.assigned[q.rec.Partition]; !ok || g != q.gen {
 		s.mu.Unlock()
@@ -440,6 +456,9 @@ func (s *Service) process(hardCtx context.Context, q queued) {
 		return
 	}
 
+	// The handler span: started, progress and the terminal event are
+	// produced inside it, so they continue the job's trace.
+	traceCtx, hspan := s.startHandlerSpan(traceCtx, d, startedAt)
 	jobCtx, cancel := context.WithCancelCause(traceCtx)
 	defer cancel(nil)
 	stopHard := context.AfterFunc(hardCtx, func() { cancel(context.Cause(hardCtx)) })
@@ -452,7 +471,7 @@ func (s *Service) process(hardCtx context.Context, q queued) {
 	s.mu.Lock()
 	r.cancel = cancel
 	cancelled := false
-	if sj, _ := s.seen.Get(d.JobID); sj.cancelled {
+	if sj, _ := s.seen.Get(d.JobID); sj.cancelled || sj.completed {
 		cancelled = true
 	}
 	s.mu.Unlock()
@@ -478,6 +497,7 @@ func (s *Service) process(hardCtx context.Context, q queued) {
 	rep.stop()
 
 	cause := context.Cause(jobCtx)
+	defer s.endHandler(hspan, d, startedAt, finishedAt, herr, cause)
 	base := schema.Failed{JobRef: d.JobRef, WorkerID: s.cfg.WorkerID, DispatchID: d.DispatchID, StartedAt: startedAt, FinishedAt: finishedAt}
 	switch {
 	case herr == nil:

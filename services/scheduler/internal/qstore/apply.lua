@@ -1,15 +1,23 @@
 -- apply: applies a batch of lifecycle facts to the queue state atomically.
 -- ARGV[1] key prefix, ARGV[2] now (ms), ARGV[3] lease (ms), ARGV[4] TTL of
--- terminal markers (s), then operations, each an op code followed by a fixed
--- number of arguments (see qstore.go). Returns {wake, templates...} where
--- wake is 1 when something may now be dispatchable and templates are the
--- failed attempts the Go side must decide on, 7 fields each.
+-- terminal markers (s), ARGV[5] '1' to refuse to run when the epoch key is
+-- missing (Redis lost its state: the scheduler must rebuild first), then
+-- operations, each an op code followed by a fixed number of arguments (see
+-- qstore.go). Returns {wake, n_failed, failed templates (id + 8 fields)...,
+-- superseded (4 fields each)...} where wake is 1 when something may now be
+-- dispatchable, failed templates are the failed attempts the Go side must
+-- decide on, and superseded are jobs completed by an older dispatch while a
+-- newer one was in flight (id, tenant, attempt, current dispatch id).
 local P = ARGV[1]
 local now = tonumber(ARGV[2])
 local lease = tonumber(ARGV[3])
 local ttl = tonumber(ARGV[4])
+if ARGV[5] == '1' and redis.call('EXISTS', P .. 'epoch') == 0 then
+  return redis.error_reply('NOEPOCH scheduler state lost; rebuild required')
+end
 local STEP, NORMAL = 1e14, 5e13
-local out = {0}
+local out = {0, 0}
+local sup = {}
 
 local function ready_key(q) return P .. 'q:' .. q .. ':ready' end
 local function delayed_key(q) return P .. 'q:' .. q .. ':delayed' end
@@ -42,32 +50,33 @@ end
 local function terminal(jk, state, tenant)
   redis.call('HSET', jk, 'state', state, 'did', '')
   if tenant and tenant ~= '' then redis.call('HSET', jk, 'tenant', tenant) end
-  redis.call('HDEL', jk, 'spec', 'history')
+  redis.call('HDEL', jk, 'spec', 'history', 'rf')
   redis.call('EXPIRE', jk, ttl)
 end
 
 local function template(jk, id)
-  local f = redis.call('HMGET', jk, 'did', 'attempt', 'tenant', 'created', 'ready', 'spec', 'history')
+  local f = redis.call('HMGET', jk, 'did', 'attempt', 'tenant', 'created', 'ready', 'spec', 'history', 'rf')
   out[#out + 1] = id
-  for i = 1, 7 do out[#out + 1] = f[i] or '' end
+  for i = 1, 8 do out[#out + 1] = f[i] or '' end
+  out[2] = out[2] + 1
 end
 
-local i = 5
+local i = 6
 while i <= #ARGV do
   local op = ARGV[i]
   if op == 'E' then
-    -- E id tenant attempt queue pool prio run_at_ms not_after_ms created ready spec history
+    -- E id tenant attempt queue pool prio run_at_ms not_after_ms created ready spec history redriven_from
     local id, tenant, attempt = ARGV[i + 1], ARGV[i + 2], tonumber(ARGV[i + 3])
     local q, pool, prio, run_at = ARGV[i + 4], ARGV[i + 5], ARGV[i + 6], tonumber(ARGV[i + 7])
     local jk = P .. 'job:' .. id
     local f = redis.call('HMGET', jk, 'state', 'attempt')
     local st, known = f[1], tonumber(f[2])
-    if st ~= 'done' and st ~= 'cancelled' and not (known and known >= attempt) then
+    if st ~= 'done' and st ~= 'cancelled' and st ~= 'dead' and not (known and known >= attempt) then
       if st then unindex(jk, id) end
       redis.call('PERSIST', jk)
       redis.call('HSET', jk, 'tenant', tenant, 'attempt', attempt, 'queue', q, 'pool', pool, 'prio', prio,
         'na', ARGV[i + 8], 'created', ARGV[i + 9], 'ready', ARGV[i + 10], 'spec', ARGV[i + 11],
-        'history', ARGV[i + 12], 'did', '')
+        'history', ARGV[i + 12], 'rf', ARGV[i + 13], 'did', '')
       redis.call('SADD', P .. 'pool:' .. pool .. ':queues', q)
       if run_at > now then
         redis.call('ZADD', delayed_key(q), run_at, id)
@@ -77,7 +86,7 @@ while i <= #ARGV do
       end
       out[1] = 1
     end
-    i = i + 13
+    i = i + 14
   elseif op == 'S' then
     -- S id dispatch_id: started/progress extend the current dispatch's lease.
     local jk = P .. 'job:' .. ARGV[i + 1]
@@ -87,16 +96,26 @@ while i <= #ARGV do
     end
     i = i + 3
   elseif op == 'C' then
-    -- C id tenant: completed; terminal, frees the slot, never dispatched again.
-    local id = ARGV[i + 1]
+    -- C id tenant dispatch_id: completed; terminal, frees the slot, never
+    -- dispatched again. A completion by another dispatch than the one in
+    -- flight (a late report after the lease expired) still wins; the copy in
+    -- flight is reported as superseded so it can be told to stop.
+    local id, did = ARGV[i + 1], ARGV[i + 3]
     local jk = P .. 'job:' .. id
-    local st = redis.call('HGET', jk, 'state')
+    local f = redis.call('HMGET', jk, 'state', 'did', 'tenant', 'attempt')
+    local st = f[1]
     if st ~= 'done' then
+      if st == 'inflight' and f[2] and f[2] ~= '' and did ~= '' and f[2] ~= did then
+        sup[#sup + 1] = id
+        sup[#sup + 1] = f[3] or ARGV[i + 2]
+        sup[#sup + 1] = f[4] or '0'
+        sup[#sup + 1] = f[2]
+      end
       if st then unindex(jk, id) end
       terminal(jk, 'done', ARGV[i + 2])
       out[1] = 1
     end
-    i = i + 3
+    i = i + 4
   elseif op == 'F' then
     -- F id dispatch_id class
     local id, did, class = ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
@@ -129,7 +148,7 @@ while i <= #ARGV do
     if st == 'inflight' then
       -- Keep the slot until the worker reports or the lease runs out.
       redis.call('HSET', jk, 'state', 'cancelled')
-      redis.call('HDEL', jk, 'spec', 'history')
+      redis.call('HDEL', jk, 'spec', 'history', 'rf')
       redis.call('EXPIRE', jk, ttl)
     elseif st ~= 'done' and st ~= 'cancelled' then
       if st then unindex(jk, id) end
@@ -167,6 +186,30 @@ while i <= #ARGV do
       out[1] = 1
     end
     i = i + 3
+  elseif op == 'D' then
+    -- D id tenant: dead-lettered (rebuild only): a terminal marker.
+    local id = ARGV[i + 1]
+    local jk = P .. 'job:' .. id
+    local st = redis.call('HGET', jk, 'state')
+    if st ~= 'done' and st ~= 'cancelled' and st ~= 'dead' then
+      if st then unindex(jk, id) end
+      terminal(jk, 'dead', ARGV[i + 2])
+    end
+    i = i + 3
+  elseif op == 'B' then
+    -- B id dispatch_id (rebuild only): the job's latest attempt failed and
+    -- its retry decision is not in the log: mark it failed (as F would) and
+    -- return its template for the decision.
+    local id = ARGV[i + 1]
+    local jk = P .. 'job:' .. id
+    local st = redis.call('HGET', jk, 'state')
+    if st and st ~= 'done' and st ~= 'cancelled' and st ~= 'dead' then
+      unindex(jk, id)
+      redis.call('HSET', jk, 'state', 'failed', 'did', ARGV[i + 2])
+      redis.call('EXPIRE', jk, ttl)
+      template(jk, id)
+    end
+    i = i + 3
   elseif op == 'A' then
     -- A pool id: the dlq record of an expired job was produced.
     local id = ARGV[i + 2]
@@ -174,8 +217,16 @@ while i <= #ARGV do
     redis.call('ZREM', P .. 'pool:' .. ARGV[i + 1] .. ':outbox', id)
     if redis.call('HGET', jk, 'state') == 'expiring' then terminal(jk, 'dead') end
     i = i + 3
+  elseif op == 'T' then
+    -- T id attempt traceparent: the trace of the enqueued attempt (after its E).
+    local jk = P .. 'job:' .. ARGV[i + 1]
+    if tonumber(redis.call('HGET', jk, 'attempt')) == tonumber(ARGV[i + 2]) then
+      redis.call('HSET', jk, 'tp', ARGV[i + 3])
+    end
+    i = i + 4
   else
     return redis.error_reply('qstore: unknown op ' .. tostring(op))
   end
 end
+for _, v in ipairs(sup) do out[#out + 1] = v end
 return out

@@ -3,13 +3,17 @@
 -- the front of their priority), promote due delayed jobs, then pop up to
 -- (live slots + prefetch - in flight) ready jobs across the pool's queues,
 -- best priority first then FIFO, and lease them.
--- ARGV: prefix pool now_ms lease_ms prefetch max_batch dispatch_id_prefix ttl_s outbox_retry_ms
+-- ARGV: prefix pool now_ms lease_ms prefetch max_batch dispatch_id_prefix ttl_s outbox_retry_ms check_epoch
 -- Returns {next_due_ms, next_lease_ms, n_dispatched, n_expired, more,
---          dispatched (8 fields each)..., expired (7 fields each)...}.
+--          (trailer: n_dispatched traceparents, expired lease count)
+--          dispatched (8 fields each)..., expired (8 fields each)...}.
 local P, pool = ARGV[1], ARGV[2]
 local now, lease = tonumber(ARGV[3]), tonumber(ARGV[4])
 local prefetch, maxb = tonumber(ARGV[5]), tonumber(ARGV[6])
 local didp, retry_ms = ARGV[7], tonumber(ARGV[9])
+if ARGV[10] == '1' and redis.call('EXISTS', P .. 'epoch') == 0 then
+  return redis.error_reply('NOEPOCH scheduler state lost; rebuild required')
+end
 local STEP, NORMAL = 1e14, 5e13
 local PP = P .. 'pool:' .. pool
 local inflight, wz, wh, outbox = PP .. ':inflight', PP .. ':workers', PP .. ':slots', PP .. ':outbox'
@@ -33,10 +37,14 @@ for _, w in ipairs(redis.call('ZRANGEBYSCORE', wz, '-inf', now)) do
 end
 
 -- 2. Expired leases.
+local lost = 0
 for _, id in ipairs(redis.call('ZRANGEBYSCORE', inflight, '-inf', now, 'LIMIT', 0, 1000)) do
   redis.call('ZREM', inflight, id)
   local jk = P .. 'job:' .. id
-  if redis.call('HGET', jk, 'state') == 'inflight' then make_ready(jk, id, true) end
+  if redis.call('HGET', jk, 'state') == 'inflight' then
+    make_ready(jk, id, true)
+    lost = lost + 1
+  end
 end
 
 -- 3. Due delayed jobs. A score is the due time rounded up to the ms, so
@@ -58,11 +66,11 @@ local cap = 0
 if slots > 0 then cap = slots + prefetch - redis.call('ZCARD', inflight) end
 if cap > maxb then cap = maxb end
 
-local disp, exp = {}, {}
+local disp, exp, tps = {}, {}, {}
 local function expired(jk, id)
-  local f = redis.call('HMGET', jk, 'attempt', 'tenant', 'created', 'ready', 'spec', 'history')
+  local f = redis.call('HMGET', jk, 'attempt', 'tenant', 'created', 'ready', 'spec', 'history', 'rf')
   exp[#exp + 1] = id
-  for k = 1, 6 do exp[#exp + 1] = f[k] or '' end
+  for k = 1, 7 do exp[#exp + 1] = f[k] or '' end
 end
 
 -- 5. Pop the best cap jobs across the pool's queues.
@@ -83,7 +91,7 @@ if cap > 0 then
     redis.call('ZREM', P .. 'q:' .. q .. ':ready', id)
     popped = popped + 1
     local jk = P .. 'job:' .. id
-    local f = redis.call('HMGET', jk, 'state', 'na', 'attempt', 'tenant', 'created', 'ready', 'spec')
+    local f = redis.call('HMGET', jk, 'state', 'na', 'attempt', 'tenant', 'created', 'ready', 'spec', 'tp')
     if f[1] == 'ready' then
       local na = tonumber(f[2])
       if na and na <= now then
@@ -98,6 +106,7 @@ if cap > 0 then
         disp[#disp + 1] = did
         for m = 3, 7 do disp[#disp + 1] = f[m] or '' end
         disp[#disp + 1] = lease_until
+        tps[#tps + 1] = f[8] or ''
       end
     end
   end
@@ -129,7 +138,11 @@ if #r > 0 then next_lease = tonumber(r[2]) end
 local more = 0
 if cap > 0 and popped == cap and cap == maxb then more = 1 end
 
-local res = {next_due, next_lease, #disp / 8, #exp / 7, more}
+local res = {next_due, next_lease, #disp / 8, #exp / 8, more}
 for _, v in ipairs(disp) do res[#res + 1] = v end
 for _, v in ipairs(exp) do res[#res + 1] = v end
+-- Trailer (observability): the dispatched jobs' traceparents, in order, then
+-- the number of leases that expired in this step.
+for _, v in ipairs(tps) do res[#res + 1] = v end
+res[#res + 1] = lost
 return res

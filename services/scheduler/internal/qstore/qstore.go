@@ -8,7 +8,7 @@
 //
 //	P job:<id>             HASH  state, attempt, tenant, queue, pool, prio, seq, na (not_after ms),
 //	                             created, ready (RFC 3339), spec (JobSpec JSON), history (JSON),
-//	                             did (current dispatch id)
+//	                             did (current dispatch id), rf (redriven_from)
 //	P q:<queue>:ready      ZSET  job ids by prio·1e14 + [5e13 +] seq (priority, then FIFO;
 //	                             re-queued lost jobs sit in the front band, without the 5e13)
 //	P q:<queue>:delayed    ZSET  job ids by due time (ms, rounded up)
@@ -18,6 +18,10 @@
 //	P pool:<pool>:slots    HASH  worker id → slots
 //	P pool:<pool>:outbox   ZSET  expired (not_after) job ids whose dlq record awaits acknowledgement
 //	P seq                  STRING FIFO sequence
+//	P epoch                STRING written once the state is complete (at first start or after a
+//	                             rebuild); both scripts refuse to run without it (NOEPOCH), so a
+//	                             Redis that restarted empty or was flushed is noticed at once
+//	P rebuild:lock         STRING held by the one scheduler replica rebuilding the state
 //
 // Job states: ready, delayed, inflight, failed (awaiting the retry decision;
 // replays of the failure re-read it), expiring (dlq pending), and the
@@ -29,9 +33,11 @@ import (
 	"context"
 	_ "embed"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -85,11 +91,73 @@ func (o Options) WithDefaults() Options {
 	return o
 }
 
+// ErrNoEpoch is returned by Apply and Dispatch when the epoch key is
+// missing: Redis lost the queue state (restarted empty or was flushed) and
+// it must be rebuilt (see Store.SetEpoch) before anything else is applied.
+var ErrNoEpoch = errors.New("qstore: scheduler state lost (no epoch key); rebuild required")
+
 // Store is the Redis queue state. It is safe for concurrent use.
 type Store struct {
 	rdb  *redis.Client
 	opts Options
 }
+
+func wrapErr(what string, err error) error {
+	if err != nil && strings.HasPrefix(err.Error(), "NOEPOCH") {
+		return ErrNoEpoch
+	}
+	return fmt.Errorf("qstore: %s: %w", what, err)
+}
+
+// Epoch returns the epoch key's value, "" when it is missing.
+func (s *Store) Epoch(ctx context.Context) (string, error) {
+	v, err := s.rdb.Get(ctx, s.opts.Prefix+"epoch").Result()
+	if errors.Is(err, redis.Nil) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("qstore: epoch: %w", err)
+	}
+	return v, nil
+}
+
+// SetEpoch writes the epoch key: the state is complete.
+func (s *Store) SetEpoch(ctx context.Context, epoch string) error {
+	if err := s.rdb.Set(ctx, s.opts.Prefix+"epoch", epoch, 0).Err(); err != nil {
+		return fmt.Errorf("qstore: set epoch: %w", err)
+	}
+	return nil
+}
+
+// TryLock takes (or, for its owner, renews) the rebuild lock for ttl.
+func (s *Store) TryLock(ctx context.Context, owner string, ttl time.Duration) (bool, error) {
+	ok, err := lockScript.Run(ctx, s.rdb, []string{s.opts.Prefix + "rebuild:lock"}, owner, ttl.Milliseconds()).Int()
+	if err != nil {
+		return false, fmt.Errorf("qstore: rebuild lock: %w", err)
+	}
+	return ok == 1, nil
+}
+
+// Unlock releases the rebuild lock if owner holds it.
+func (s *Store) Unlock(ctx context.Context, owner string) error {
+	if err := unlockScript.Run(ctx, s.rdb, []string{s.opts.Prefix + "rebuild:lock"}, owner).Err(); err != nil && !errors.Is(err, redis.Nil) {
+		return fmt.Errorf("qstore: rebuild unlock: %w", err)
+	}
+	return nil
+}
+
+var (
+	lockScript = redis.NewScript(`
+local v = redis.call('GET', KEYS[1])
+if v == false or v == ARGV[1] then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  return 1
+end
+return 0`)
+	unlockScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0`)
+)
 
 // New returns a Store over rdb.
 func New(rdb *redis.Client, opts Options) *Store {
@@ -173,15 +241,24 @@ func (b *Batch) Enqueue(e schema.Enqueued, recordTime time.Time) error {
 	}
 	prio := min(max(e.Job.Priority, 0), 9)
 	b.add("E", e.JobID, e.TenantID, e.Attempt, QueueOf(e.Job), PoolOf(e.Job), prio, runAt, na,
-		e.CreatedAt.UTC().Format(time.RFC3339Nano), ready.UTC().Format(time.RFC3339Nano), spec, hist)
+		e.CreatedAt.UTC().Format(time.RFC3339Nano), ready.UTC().Format(time.RFC3339Nano), spec, hist, e.RedrivenFrom)
 	return nil
 }
 
 // Extend renews the lease of the job's current dispatch (started, progress).
 func (b *Batch) Extend(jobID, dispatchID string) { b.add("S", jobID, dispatchID) }
 
-// Complete marks the job done for good and frees its slot.
-func (b *Batch) Complete(jobID, tenantID string) { b.add("C", jobID, tenantID) }
+// Complete marks the job done for good and frees its slot. When another
+// dispatch than dispatchID is in flight, Apply reports it in Superseded.
+func (b *Batch) Complete(jobID, tenantID, dispatchID string) { b.add("C", jobID, tenantID, dispatchID) }
+
+// Dead marks the job dead-lettered for good (used by the rebuild).
+func (b *Batch) Dead(jobID, tenantID string) { b.add("D", jobID, tenantID) }
+
+// Refail marks a job (enqueued earlier in the batch) failed by dispatchID,
+// and returns its template in ApplyResult.Failed for the retry decision;
+// the rebuild uses it for a failure whose decision is not in the log.
+func (b *Batch) Refail(jobID, dispatchID string) { b.add("B", jobID, dispatchID) }
 
 // Fail records a failed run of the current dispatch and frees its slot.
 // worker_lost re-queues the same attempt at the front and cancelled marks
@@ -225,6 +302,11 @@ type Template struct {
 	ReadyAt    time.Time
 	LeaseUntil time.Time
 	History    []schema.Attempt
+	// RedrivenFrom is the dead job the job re-drives, if any.
+	RedrivenFrom string
+	// TraceParent is the W3C traceparent of the enqueued attempt (dispatched
+	// templates only; see Batch.Trace).
+	TraceParent string
 }
 
 // ApplyResult is the outcome of Apply.
@@ -233,16 +315,29 @@ type ApplyResult struct {
 	Wake bool
 	// Failed are the failed attempts that need a retry decision.
 	Failed []Template
+	// Superseded are jobs that completed by another dispatch than the one
+	// in flight: that copy (JobID, TenantID, Attempt, DispatchID) should stop.
+	Superseded []Template
 }
 
 // Apply applies the batch atomically per script call (batches larger than
 // MaxOpsPerCall are split, and the calls pipelined in one round trip).
 func (s *Store) Apply(ctx context.Context, now time.Time, b *Batch) (ApplyResult, error) {
+	return s.apply(ctx, now, b, true)
+}
+
+// ApplyRebuild applies b while the epoch key is missing: only the rebuild
+// may write into a state that is not complete.
+func (s *Store) ApplyRebuild(ctx context.Context, now time.Time, b *Batch) (ApplyResult, error) {
+	return s.apply(ctx, now, b, false)
+}
+
+func (s *Store) apply(ctx context.Context, now time.Time, b *Batch, check bool) (ApplyResult, error) {
 	var res ApplyResult
 	if b.Len() == 0 {
 		return res, nil
 	}
-	head := []any{s.opts.Prefix, now.UnixMilli(), s.opts.Lease.Milliseconds(), int64(s.opts.TerminalTTL.Seconds())}
+	head := []any{s.opts.Prefix, now.UnixMilli(), s.opts.Lease.Milliseconds(), int64(s.opts.TerminalTTL.Seconds()), flag(check)}
 	var chunks [][]any
 	for start := 0; start < len(b.ops); start += s.opts.MaxOpsPerCall {
 		args := append([]any(nil), head...)
@@ -255,7 +350,7 @@ func (s *Store) Apply(ctx context.Context, now time.Time, b *Batch) (ApplyResult
 	if len(chunks) == 1 {
 		v, err := applyScript.Run(ctx, s.rdb, nil, chunks[0]...).Slice()
 		if err != nil {
-			return res, fmt.Errorf("qstore: apply: %w", err)
+			return res, wrapErr("apply", err)
 		}
 		replies = [][]any{v}
 	} else {
@@ -270,30 +365,45 @@ func (s *Store) Apply(ctx context.Context, now time.Time, b *Batch) (ApplyResult
 			return nil
 		})
 		if err != nil {
-			return res, fmt.Errorf("qstore: apply: %w", err)
+			return res, wrapErr("apply", err)
 		}
 		for _, c := range cmds {
 			v, err := c.(*redis.Cmd).Slice()
 			if err != nil {
-				return res, fmt.Errorf("qstore: apply: %w", err)
+				return res, wrapErr("apply", err)
 			}
 			replies = append(replies, v)
 		}
 	}
 	for _, v := range replies {
-		if len(v) == 0 {
+		if len(v) < 2 {
 			continue
 		}
 		if n, _ := v[0].(int64); n == 1 {
 			res.Wake = true
 		}
-		for i := 1; i+8 <= len(v); i += 8 {
-			// id did attempt tenant created ready spec history
+		nf, _ := v[1].(int64)
+		i := 2
+		for range nf {
+			if i+9 > len(v) {
+				return res, errors.New("qstore: apply: malformed reply")
+			}
+			// id did attempt tenant created ready spec history rf
 			t, err := parseTemplate(str(v[i]), str(v[i+1]), str(v[i+2]), str(v[i+3]), str(v[i+4]), str(v[i+5]), str(v[i+6]), str(v[i+7]))
 			if err != nil {
 				return res, err
 			}
+			t.RedrivenFrom = str(v[i+8])
 			res.Failed = append(res.Failed, t)
+			i += 9
+		}
+		for ; i+4 <= len(v); i += 4 {
+			// id tenant attempt did
+			t, err := parseTemplate(str(v[i]), str(v[i+3]), str(v[i+2]), str(v[i+1]), "", "", "", "")
+			if err != nil {
+				return res, err
+			}
+			res.Superseded = append(res.Superseded, t)
 		}
 	}
 	return res, nil
@@ -326,15 +436,18 @@ type DispatchResult struct {
 	NextLease time.Time
 	// More is true when the step stopped at MaxBatch with capacity left.
 	More bool
+	// LeaseExpiries is how many in-flight jobs this step re-queued because
+	// their lease expired (worker_lost).
+	LeaseExpiries int
 }
 
 // Dispatch runs one scheduling step of a pool in one round trip.
 func (s *Store) Dispatch(ctx context.Context, p DispatchParams) (DispatchResult, error) {
 	var res DispatchResult
 	v, err := dispatchScript.Run(ctx, s.rdb, nil, s.opts.Prefix, p.Pool, p.Now.UnixMilli(), s.opts.Lease.Milliseconds(),
-		p.Prefetch, p.MaxBatch, p.DispatchIDPrefix, int64(s.opts.TerminalTTL.Seconds()), s.opts.OutboxRetry.Milliseconds()).Slice()
+		p.Prefetch, p.MaxBatch, p.DispatchIDPrefix, int64(s.opts.TerminalTTL.Seconds()), s.opts.OutboxRetry.Milliseconds(), flag(true)).Slice()
 	if err != nil {
-		return res, fmt.Errorf("qstore: dispatch %s: %w", p.Pool, err)
+		return res, wrapErr("dispatch "+p.Pool, err)
 	}
 	if len(v) < 5 {
 		return res, fmt.Errorf("qstore: dispatch %s: short reply", p.Pool)
@@ -365,18 +478,27 @@ func (s *Store) Dispatch(ctx context.Context, p DispatchParams) (DispatchResult,
 		i += 8
 	}
 	for range ne {
-		if i+7 > len(v) {
+		if i+8 > len(v) {
 			return res, fmt.Errorf("qstore: dispatch %s: malformed reply", p.Pool)
 		}
-		// id attempt tenant created ready spec history
+		// id attempt tenant created ready spec history rf
 		t, err := parseTemplate(str(v[i]), "", str(v[i+1]), str(v[i+2]), str(v[i+3]), str(v[i+4]), str(v[i+5]), str(v[i+6]))
 		if err != nil {
 			return res, err
 		}
+		t.RedrivenFrom = str(v[i+7])
 		res.Expired = append(res.Expired, t)
-		i += 7
+		i += 8
 	}
+	parseDispatchTrailer(v[i:], &res)
 	return res, nil
+}
+
+func flag(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
 }
 
 func str(v any) string {

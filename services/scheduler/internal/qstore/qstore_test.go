@@ -2,6 +2,7 @@ package qstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"testing"
@@ -35,6 +36,9 @@ func setup(t *testing.T) *bundle {
 	t.Cleanup(func() { rdb.Close() })
 	s := New(rdb, Options{Lease: 10 * time.Second})
 	if err := s.Load(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetEpoch(ctx, "test"); err != nil {
 		t.Fatal(err)
 	}
 	return &bundle{t: t, ctx: ctx, rdb: rdb, store: s}
@@ -173,7 +177,7 @@ func TestEnqueueIdempotent(t *testing.T) {
 		t.Fatalf("re-dispatched %v", ids(res.Dispatched))
 	}
 	// Done: even a newer attempt is ignored.
-	b.apply(t0, func(batch *Batch) { batch.Complete("j", "t1") })
+	b.apply(t0, func(batch *Batch) { batch.Complete("j", "t1", "") })
 	b.enqueue(t0, enq("j", 1, "default", 5, t0), enq("j", 2, "default", 5, t0))
 	if res := b.dispatch(t0, 0); len(res.Dispatched) != 0 {
 		t.Fatalf("done job dispatched %v", ids(res.Dispatched))
@@ -210,7 +214,7 @@ func TestCapacityAndPrefetch(t *testing.T) {
 		t.Fatalf("dispatched %d beyond capacity", len(res.Dispatched))
 	}
 	b.apply(t0, func(batch *Batch) {
-		batch.Complete(res.Dispatched[0].JobID, "t1")
+		batch.Complete(res.Dispatched[0].JobID, "t1", "")
 		batch.Fail(res.Dispatched[1].JobID, res.Dispatched[1].DispatchID, schema.ClassPermanent)
 	})
 	if res := b.dispatch(t0, 2); len(res.Dispatched) != 2 {
@@ -223,7 +227,7 @@ func TestCapacityAndPrefetch(t *testing.T) {
 	later := t0.Add(5 * time.Second)
 	b.apply(later, func(batch *Batch) {
 		for _, d := range res.Dispatched[2:] {
-			batch.Complete(d.JobID, "t1")
+			batch.Complete(d.JobID, "t1", "")
 		}
 	})
 	if res := b.dispatch(later, 2); len(res.Dispatched) != 0 {
@@ -281,7 +285,7 @@ func TestDoneNeverRedispatched(t *testing.T) {
 	// Lease expires, the job goes back to ready; then the (slow) first run completes.
 	b.worker(t0.Add(10*time.Second), "w1", 0)
 	b.dispatch(t0.Add(11*time.Second), 0)
-	b.apply(t0.Add(11*time.Second), func(batch *Batch) { batch.Complete("j", "t1") })
+	b.apply(t0.Add(11*time.Second), func(batch *Batch) { batch.Complete("j", "t1", "") })
 	b.worker(t0.Add(11*time.Second), "w1", 5)
 	if res := b.dispatch(t0.Add(12*time.Second), 0); len(res.Dispatched) != 0 {
 		t.Fatalf("completed job re-dispatched")
@@ -416,5 +420,107 @@ func TestLargeBatchPipelined(t *testing.T) {
 	}
 	if total != 1500 {
 		t.Fatalf("dispatched %d", total)
+	}
+}
+
+func TestNoEpochRefused(t *testing.T) {
+	b := setup(t)
+	if err := b.rdb.FlushDB(b.ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	var batch Batch
+	_ = batch.Enqueue(enq("j", 1, "default", 5, t0), t0)
+	if _, err := b.store.Apply(b.ctx, t0, &batch); !errors.Is(err, ErrNoEpoch) {
+		t.Fatalf("apply without epoch: %v", err)
+	}
+	if _, err := b.store.Dispatch(b.ctx, DispatchParams{Pool: schema.PoolShort, Now: t0, MaxBatch: 10, DispatchIDPrefix: "x"}); !errors.Is(err, ErrNoEpoch) {
+		t.Fatalf("dispatch without epoch: %v", err)
+	}
+	// The rebuild writes regardless.
+	if _, err := b.store.ApplyRebuild(b.ctx, t0, &batch); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.store.SetEpoch(b.ctx, "e2"); err != nil {
+		t.Fatal(err)
+	}
+	b.worker(t0, "w1", 1)
+	if got := ids(b.dispatch(t0, 0).Dispatched); !slices.Equal(got, []string{"j"}) {
+		t.Fatalf("dispatched %v after rebuild", got)
+	}
+}
+
+func TestRebuildLock(t *testing.T) {
+	b := setup(t)
+	if ok, err := b.store.TryLock(b.ctx, "a", time.Minute); err != nil || !ok {
+		t.Fatalf("a: %v %v", ok, err)
+	}
+	if ok, _ := b.store.TryLock(b.ctx, "b", time.Minute); ok {
+		t.Fatal("b took a held lock")
+	}
+	if ok, _ := b.store.TryLock(b.ctx, "a", time.Minute); !ok {
+		t.Fatal("a could not renew")
+	}
+	if err := b.store.Unlock(b.ctx, "b"); err != nil {
+		t.Fatal(err)
+	}
+	if ok, _ := b.store.TryLock(b.ctx, "b", time.Minute); ok {
+		t.Fatal("b unlocked a's lock")
+	}
+	if err := b.store.Unlock(b.ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if ok, _ := b.store.TryLock(b.ctx, "b", time.Minute); !ok {
+		t.Fatal("b after unlock")
+	}
+}
+
+func TestLateCompletionSupersedes(t *testing.T) {
+	b := setup(t)
+	b.worker(t0, "w1", 1)
+	b.enqueue(t0, enq("j", 1, "default", 5, t0))
+	first := b.dispatch(t0, 0).Dispatched[0]
+	// The lease expires and the job is dispatched again.
+	b.worker(t0.Add(11*time.Second), "w1", 1)
+	second := b.dispatch(t0.Add(11*time.Second), 0).Dispatched[0]
+	if second.DispatchID == first.DispatchID {
+		t.Fatal("same dispatch id")
+	}
+	// The first run's late completion is accepted; the second copy is superseded.
+	r := b.apply(t0.Add(12*time.Second), func(batch *Batch) { batch.Complete("j", "t1", first.DispatchID) })
+	if len(r.Superseded) != 1 || r.Superseded[0].DispatchID != second.DispatchID || r.Superseded[0].Attempt != 1 || r.Superseded[0].TenantID != "t1" {
+		t.Fatalf("superseded %+v", r.Superseded)
+	}
+	// The second copy's completion is a repeat: nothing more.
+	r = b.apply(t0.Add(12*time.Second), func(batch *Batch) { batch.Complete("j", "t1", second.DispatchID) })
+	if len(r.Superseded) != 0 {
+		t.Fatalf("superseded twice %+v", r.Superseded)
+	}
+}
+
+func TestRebuildOps(t *testing.T) {
+	b := setup(t)
+	e := enq("f", 2, "default", 5, t0)
+	e.RedrivenFrom = "old"
+	e.History = []schema.Attempt{{Attempt: 1, Class: schema.ClassAppError}}
+	r := b.apply(t0, func(batch *Batch) {
+		_ = batch.Enqueue(e, t0)
+		batch.Refail("f", "d-1")
+		batch.Dead("dead", "t1")
+		batch.Complete("done", "t1", "")
+	})
+	if len(r.Failed) != 1 || r.Failed[0].DispatchID != "d-1" || r.Failed[0].Attempt != 2 || r.Failed[0].RedrivenFrom != "old" || len(r.Failed[0].History) != 1 {
+		t.Fatalf("failed %+v", r.Failed)
+	}
+	b.worker(t0, "w1", 5)
+	if res := b.dispatch(t0, 0); len(res.Dispatched) != 0 {
+		t.Fatalf("dispatched %v", ids(res.Dispatched))
+	}
+	// Replayed enqueues of terminal jobs are ignored.
+	b.apply(t0, func(batch *Batch) {
+		_ = batch.Enqueue(enq("dead", 1, "default", 5, t0), t0)
+		_ = batch.Enqueue(enq("done", 1, "default", 5, t0), t0)
+	})
+	if res := b.dispatch(t0, 0); len(res.Dispatched) != 0 {
+		t.Fatalf("dispatched %v", ids(res.Dispatched))
 	}
 }

@@ -61,6 +61,14 @@ type Policy struct {
 	Jitter float64
 	// Rand returns a uniform number in [0, 1). Defaults to math/rand/v2's Float64.
 	Rand func() float64
+	// Types overrides Base and Max per job type (a zero field keeps the
+	// policy's); a job's own Backoff overrides them in turn.
+	Types map[string]TypeBackoff
+}
+
+// TypeBackoff is the backoff of one job type.
+type TypeBackoff struct {
+	Base, Max time.Duration
 }
 
 // Input is one failed attempt and what is known of its job.
@@ -128,7 +136,7 @@ func (p Policy) Decide(in Input) Decision {
 			}
 		}
 	}
-	d := p.Backoff(in.Attempt, in.Job.Backoff)
+	d := p.forType(in.Job.Type).Backoff(in.Attempt, in.Job.Backoff)
 	if in.Class == schema.ClassRetryable && in.RetryAfter > d {
 		d = in.RetryAfter
 	}
@@ -178,6 +186,19 @@ func (p Policy) Backoff(n int, override *schema.Backoff) time.Duration {
 		out = 0
 	}
 	return out
+}
+
+// forType is p with the job type's backoff applied.
+func (p Policy) forType(typ string) Policy {
+	if t, ok := p.Types[typ]; ok {
+		if t.Base > 0 {
+			p.Base = t.Base
+		}
+		if t.Max > 0 {
+			p.Max = t.Max
+		}
+	}
+	return p
 }
 
 func (p Policy) rand() float64 {

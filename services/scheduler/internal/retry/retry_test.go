@@ -120,3 +120,23 @@ func TestDecideClasses(t *testing.T) {
 		})
 	}
 }
+
+func TestTypeBackoff(t *testing.T) {
+	p := Policy{Base: time.Second, Max: time.Minute, Jitter: -1, Types: map[string]TypeBackoff{"slow": {Base: 10 * time.Second, Max: 30 * time.Second}}}
+	in := Input{Job: schema.JobSpec{Type: "slow", MaxAttempts: 9}, Attempt: 2, Class: schema.ClassAppError}
+	if d := p.Decide(in); d.Action != Retry || d.Delay != 20*time.Second {
+		t.Fatalf("type backoff: %+v", d)
+	}
+	in.Attempt = 3
+	if d := p.Decide(in); d.Delay != 30*time.Second {
+		t.Fatalf("type max: %+v", d)
+	}
+	in.Job.Backoff = &schema.Backoff{Base: schema.Duration(100 * time.Millisecond)}
+	if d := p.Decide(in); d.Delay != 400*time.Millisecond {
+		t.Fatalf("job overrides type: %+v", d)
+	}
+	in.Job = schema.JobSpec{Type: "other", MaxAttempts: 9}
+	if d := p.Decide(in); d.Delay != 4*time.Second {
+		t.Fatalf("other type: %+v", d)
+	}
+}
