@@ -88,8 +88,19 @@ func TestOpenAPIExamples(t *testing.T) {
 	check := func(ptr string, media map[string]any) {
 		for mt, m := range media {
 			mm := m.(map[string]any)
-			ex, ok := mm["example"]
-			if !ok {
+			// Named examples (`examples: {name: {value}}`) are checked too.
+			exs := map[string]any{}
+			if ex, ok := mm["example"]; ok {
+				exs["example"] = ex
+			}
+			if named, ok := mm["examples"].(map[string]any); ok {
+				for name, e := range named {
+					if v, ok := e.(map[string]any)["value"]; ok {
+						exs["examples/"+name] = v
+					}
+				}
+			}
+			if len(exs) == 0 {
 				continue
 			}
 			sch, err := c.Compile(base + "#" + ptr + "/" + esc(mt) + "/schema")
@@ -97,12 +108,14 @@ func TestOpenAPIExamples(t *testing.T) {
 				t.Errorf("%s: %v", ptr, err)
 				continue
 			}
-			b, _ := json.Marshal(ex)
-			inst, _ := jsonschema.UnmarshalJSON(bytes.NewReader(b))
-			if err := sch.Validate(inst); err != nil {
-				t.Errorf("example at %s does not validate: %v", ptr, err)
+			for name, ex := range exs {
+				b, _ := json.Marshal(ex)
+				inst, _ := jsonschema.UnmarshalJSON(bytes.NewReader(b))
+				if err := sch.Validate(inst); err != nil {
+					t.Errorf("%s at %s/%s does not validate: %v", name, ptr, esc(mt), err)
+				}
+				checked++
 			}
-			checked++
 		}
 	}
 	paths := make([]string, 0, len(doc.Paths))
