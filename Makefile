@@ -19,10 +19,12 @@ dev:
 test:
 	scripts/test.sh
 
-## bench: the workloads of BENCH.md
+## bench: the workloads of BENCH.md against a fresh `ferry dev` (narrow with
+##        BENCH_FLAGS='-quick' or '-workloads latency,retry'); results are
+##        appended to bench/results/, see docs/performance.md
 bench:
-	@echo "benchmark not implemented yet: see issue 8" >&2
-	@exit 1
+	scripts/install-deps.sh
+	$(GO) run ./bench $(BENCH_FLAGS)
 
 ## build: build every service main and the ferry CLI into ./bin
 build:

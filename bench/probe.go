@@ -1,0 +1,355 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// Probe reads what the stack recorded: the status projection (Postgres),
+// the lifecycle log (Kafka) and server counters (Postgres, Redis).
+type Probe struct {
+	pg     *pgxpool.Pool
+	kc     *kgo.Client
+	adm    *kadm.Client
+	rdb    *redis.Client
+	prefix string
+	tenant string
+}
+
+func openProbe(ctx context.Context, t *Target, prefix string) (*Probe, error) {
+	pg, err := pgxpool.New(ctx, t.Postgres)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: %w", err)
+	}
+	kc, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(t.Kafka, ",")...))
+	if err != nil {
+		return nil, fmt.Errorf("kafka: %w", err)
+	}
+	p := &Probe{pg: pg, kc: kc, adm: kadm.NewClient(kc), prefix: prefix, tenant: t.Tenant}
+	if t.Redis != "" {
+		opt, err := redis.ParseURL(t.Redis)
+		if err != nil {
+			return nil, fmt.Errorf("redis: %w", err)
+		}
+		p.rdb = redis.NewClient(opt)
+	}
+	return p, nil
+}
+
+func (p *Probe) Close() {
+	p.pg.Close()
+	p.kc.Close()
+	if p.rdb != nil {
+		_ = p.rdb.Close()
+	}
+}
+
+// Progress counts a workload's jobs in the projection.
+type Progress struct {
+	Total, Succeeded, Dead int
+}
+
+// progress counts the jobs carrying tag.
+func (p *Probe) progress(ctx context.Context, tag string) (Progress, error) {
+	var pr Progress
+	err := p.pg.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE status = 'succeeded'), count(*) FILTER (WHERE status = 'dead')
+		FROM jobs WHERE tenant_id = $1 AND tags @> ARRAY[$2]::text[]`, p.tenant, tag).Scan(&pr.Total, &pr.Succeeded, &pr.Dead)
+	return pr, err
+}
+
+// waitDone polls until want jobs with tag succeeded (or dead), or timeout.
+func (p *Probe) waitDone(ctx context.Context, tag string, want int, timeout time.Duration) (Progress, bool) {
+	deadline := time.Now().Add(timeout)
+	var pr Progress
+	for {
+		var err error
+		pr, err = p.progress(ctx, tag)
+		if err == nil && pr.Succeeded+pr.Dead >= want {
+			return pr, true
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return pr, false
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+// JobRow is a job as the status projection recorded it.
+type JobRow struct {
+	ID           string
+	Status       string
+	Attempt      int
+	CreatedAt    time.Time
+	ScheduledFor *time.Time
+	StartedAt    *time.Time
+	FinishedAt   *time.Time
+}
+
+func (p *Probe) jobs(ctx context.Context, tag string) (map[string]JobRow, error) {
+	rows, err := p.pg.Query(ctx, `SELECT id, status, attempt, created_at, scheduled_for, started_at, finished_at
+		FROM jobs WHERE tenant_id = $1 AND tags @> ARRAY[$2]::text[]`, p.tenant, tag)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]JobRow{}
+	for rows.Next() {
+		var r JobRow
+		if err := rows.Scan(&r.ID, &r.Status, &r.Attempt, &r.CreatedAt, &r.ScheduledFor, &r.StartedAt, &r.FinishedAt); err != nil {
+			return nil, err
+		}
+		out[r.ID] = r
+	}
+	return out, rows.Err()
+}
+
+// Offsets are end offsets per topic and partition.
+type Offsets map[string]map[int32]int64
+
+func (p *Probe) topics() []string {
+	var ts []string
+	for _, n := range []string{"enqueued", "started", "progress", "completed", "failed", "dlq", "cancelled", "dispatch.short", "dispatch.long"} {
+		ts = append(ts, p.prefix+"jobs."+n)
+	}
+	return append(ts, p.prefix+"workers")
+}
+
+func (p *Probe) endOffsets(ctx context.Context) (Offsets, error) {
+	lo, err := p.adm.ListEndOffsets(ctx, p.topics()...)
+	if err != nil {
+		return nil, err
+	}
+	out := Offsets{}
+	lo.Each(func(o kadm.ListedOffset) {
+		if o.Err != nil {
+			return
+		}
+		if out[o.Topic] == nil {
+			out[o.Topic] = map[int32]int64{}
+		}
+		out[o.Topic][o.Partition] = o.Offset
+	})
+	return out, nil
+}
+
+// recordsBetween is the records per topic (short name) from a to b.
+func (p *Probe) recordsBetween(a, b Offsets) map[string]int64 {
+	out := map[string]int64{}
+	for topic, parts := range b {
+		var n int64
+		for part, end := range parts {
+			n += end - a[topic][part]
+		}
+		out[strings.TrimPrefix(topic, p.prefix)] = n
+	}
+	return out
+}
+
+// Attempts are, per job id, the attempts of its events on one topic.
+type Attempts map[string][]int
+
+// readEvents reads topic from the offsets in from to those in to and returns,
+// per record key (job id), the attempts of the records.
+func (p *Probe) readEvents(ctx context.Context, topic string, from, to Offsets) (Attempts, error) {
+	start := map[string]map[int32]kgo.Offset{topic: {}}
+	remaining := map[int32]int64{}
+	for part, end := range to[topic] {
+		s := from[topic][part]
+		if end > s {
+			start[topic][part] = kgo.NewOffset().At(s)
+			remaining[part] = end
+		}
+	}
+	out := Attempts{}
+	if len(remaining) == 0 {
+		return out, nil
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(p.kc.OptValue(kgo.SeedBrokers).([]string)...), kgo.ConsumePartitions(start))
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	for len(remaining) > 0 {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			return out, fmt.Errorf("reading %s: %w", topic, ctx.Err())
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			end, ok := remaining[r.Partition]
+			if !ok || r.Offset >= end {
+				return
+			}
+			var v struct {
+				Attempt int `json:"attempt"`
+			}
+			_ = json.Unmarshal(r.Value, &v)
+			out[string(r.Key)] = append(out[string(r.Key)], v.Attempt)
+			if r.Offset+1 >= end {
+				delete(remaining, r.Partition)
+			}
+		})
+	}
+	return out, nil
+}
+
+// PGStats are database-wide counters of pg_stat_database.
+type PGStats struct {
+	XactCommit, TupInserted, TupUpdated, TupDeleted, TupFetched int64
+}
+
+func (p *Probe) pgStats(ctx context.Context) (PGStats, error) {
+	var s PGStats
+	// Counters are flushed by backends at most once a second.
+	_, _ = p.pg.Exec(ctx, `SELECT pg_stat_force_next_flush()`)
+	err := p.pg.QueryRow(ctx, `SELECT xact_commit, tup_inserted, tup_updated, tup_deleted, tup_fetched
+		FROM pg_stat_database WHERE datname = current_database()`).Scan(&s.XactCommit, &s.TupInserted, &s.TupUpdated, &s.TupDeleted, &s.TupFetched)
+	return s, err
+}
+
+// redisCalls is INFO commandstats: calls per command.
+func (p *Probe) redisCalls(ctx context.Context) (map[string]int64, error) {
+	out := map[string]int64{}
+	if p.rdb == nil {
+		return out, nil
+	}
+	s, err := p.rdb.Info(ctx, "commandstats").Result()
+	if err != nil {
+		return nil, err
+	}
+	for _, line := range strings.Split(s, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || !strings.HasPrefix(name, "cmdstat_") {
+			continue
+		}
+		for _, kv := range strings.Split(rest, ",") {
+			if v, ok := strings.CutPrefix(kv, "calls="); ok {
+				n, _ := strconv.ParseInt(v, 10, 64)
+				out[strings.TrimPrefix(name, "cmdstat_")] = n
+			}
+		}
+	}
+	return out, nil
+}
+
+// Counters is a snapshot of every server counter the benchmark reads.
+type Counters struct {
+	At     time.Time
+	Kafka  Offsets
+	PG     PGStats
+	Redis  map[string]int64
+	Tables map[string]int64 // rows inserted + updated + deleted per table
+}
+
+func (p *Probe) counters(ctx context.Context) Counters {
+	c := Counters{At: time.Now()}
+	c.Kafka, _ = p.endOffsets(ctx)
+	c.PG, _ = p.pgStats(ctx)
+	c.Redis, _ = p.redisCalls(ctx)
+	c.Tables = map[string]int64{}
+	if rows, err := p.pg.Query(ctx, `SELECT relname, n_tup_ins + n_tup_upd + n_tup_del FROM pg_stat_user_tables`); err == nil {
+		for rows.Next() {
+			var name string
+			var n int64
+			if rows.Scan(&name, &n) == nil {
+				c.Tables[name] += n
+			}
+		}
+		rows.Close()
+	}
+	return c
+}
+
+// perJob formats what happened between a and b per job of n.
+func (p *Probe) perJob(a, b Counters, n int) (string, map[string]any) {
+	if n == 0 {
+		return "", nil
+	}
+	f := float64(n)
+	recs := p.recordsBetween(a.Kafka, b.Kafka)
+	var total int64
+	var parts []string
+	for _, k := range sortedKeys(recs) {
+		if recs[k] == 0 {
+			continue
+		}
+		total += recs[k]
+		parts = append(parts, fmt.Sprintf("%s %.2f", k, float64(recs[k])/f))
+	}
+	redisDelta := map[string]int64{}
+	var rtotal int64
+	for k, v := range b.Redis {
+		if d := v - a.Redis[k]; d > 0 {
+			redisDelta[k] = d
+			rtotal += d
+		}
+	}
+	var rparts []string
+	for _, k := range sortedByValue(redisDelta) {
+		if len(rparts) == 6 {
+			break
+		}
+		rparts = append(rparts, fmt.Sprintf("%s %.2f", k, float64(redisDelta[k])/f))
+	}
+	pg := PGStats{
+		XactCommit: b.PG.XactCommit - a.PG.XactCommit, TupInserted: b.PG.TupInserted - a.PG.TupInserted,
+		TupUpdated: b.PG.TupUpdated - a.PG.TupUpdated, TupDeleted: b.PG.TupDeleted - a.PG.TupDeleted,
+		TupFetched: b.PG.TupFetched - a.PG.TupFetched,
+	}
+	s := fmt.Sprintf("per job: kafka records %.2f (%s); redis commands %.2f (%s); postgres commits %.3f, rows inserted %.2f, updated %.2f, fetched %.2f",
+		float64(total)/f, strings.Join(parts, ", "), float64(rtotal)/f, strings.Join(rparts, ", "),
+		float64(pg.XactCommit)/f, float64(pg.TupInserted)/f, float64(pg.TupUpdated)/f, float64(pg.TupFetched)/f)
+	tables := map[string]int64{}
+	for k, v := range b.Tables {
+		if d := v - a.Tables[k]; d > 0 {
+			tables[k] = d
+		}
+	}
+	var tparts []string
+	for _, k := range sortedByValue(tables) {
+		if len(tparts) == 6 {
+			break
+		}
+		tparts = append(tparts, fmt.Sprintf("%s %.2f", k, float64(tables[k])/f))
+	}
+	s += " (row writes by table: " + strings.Join(tparts, ", ") + ")"
+	detail := map[string]any{"kafka_records": recs, "table_row_writes": tables, "redis_calls": redisDelta, "postgres": pg, "jobs": n,
+		"seconds": b.At.Sub(a.At).Seconds()}
+	return s, detail
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	return ks
+}
+
+func sortedByValue(m map[string]int64) []string {
+	ks := sortedKeys(m)
+	sort.SliceStable(ks, func(i, j int) bool { return m[ks[i]] > m[ks[j]] })
+	return ks
+}
+
+// auditRows counts audit rows of one type in [from, to).
+func (p *Probe) auditRows(ctx context.Context, typ string, from, to time.Time) (int, error) {
+	var n int
+	err := p.pg.QueryRow(ctx, `SELECT count(*) FROM audit_events WHERE tenant_id = $1 AND type = $2 AND occurred_at >= $3 AND occurred_at < $4`,
+		p.tenant, typ, from, to).Scan(&n)
+	return n, err
+}
+
+var _ = pgx.ErrNoRows

@@ -1,0 +1,805 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Bench runs workloads against one target.
+type Bench struct {
+	t       *Target
+	probe   *Probe
+	client  *http.Client
+	runID   string
+	sizes   Sizes
+	clients int
+	timeout time.Duration
+	profile string // directory for pprof profiles; "" for none
+	log     io.Writer
+	noise   string
+
+	// throughput's enqueue window, for audit-export
+	enqFrom, enqTo time.Time
+	enqN           int
+}
+
+// Sizes are the workloads' job counts (BENCH.md's, or scaled by -quick).
+type Sizes struct {
+	Throughput, LatencyRate, Delayed, Retry, SSE, Audit int
+	LatencyFor                                          time.Duration
+	Delay                                               time.Duration
+}
+
+// FullSizes are BENCH.md's.
+var FullSizes = Sizes{Throughput: 100_000, LatencyRate: 1000, LatencyFor: 20 * time.Second, Delayed: 10_000,
+	Delay: 5 * time.Second, Retry: 2000, SSE: 2000, Audit: 100_000}
+
+// Scaled divides every count (not rates or delays) by f.
+func (s Sizes) Scaled(f int) Sizes {
+	if f <= 1 {
+		return s
+	}
+	s.Throughput /= f
+	s.LatencyFor /= time.Duration(f)
+	s.Delayed /= f
+	s.Retry /= f
+	s.SSE /= f
+	s.Audit /= f
+	return s
+}
+
+type jobReq map[string]any
+
+type submitted struct {
+	ID string `json:"id"`
+}
+
+func (b *Bench) tag(workload string) string { return "bench-" + workload + "-" + b.runID }
+
+func (b *Bench) post(ctx context.Context, path string, body any) (int, []byte, error) {
+	raw, _ := json.Marshal(body)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, b.t.API+path, bytes.NewReader(raw))
+	if err != nil {
+		return 0, nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+b.t.Key)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := b.client.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	out, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, out, err
+}
+
+// submitBatch posts jobs to /v1/jobs/batch (retrying 5xx a few times) and
+// returns the ids of the accepted jobs.
+func (b *Bench) submitBatch(ctx context.Context, jobs []jobReq) ([]string, error) {
+	var lastErr error
+	for try := 0; try < 5; try++ {
+		code, raw, err := b.post(ctx, "/v1/jobs/batch", map[string]any{"jobs": jobs})
+		if err != nil {
+			lastErr = err
+		} else if code == http.StatusAccepted || code == http.StatusOK {
+			var out struct {
+				Jobs []struct {
+					ID    string          `json:"id"`
+					Error json.RawMessage `json:"error"`
+				} `json:"jobs"`
+			}
+			if err := json.Unmarshal(raw, &out); err != nil {
+				return nil, err
+			}
+			ids := make([]string, 0, len(out.Jobs))
+			var rejected int
+			for _, j := range out.Jobs {
+				if j.ID != "" && j.Error == nil {
+					ids = append(ids, j.ID)
+				} else {
+					rejected++
+				}
+			}
+			if rejected > 0 {
+				return ids, fmt.Errorf("%d items of a batch rejected", rejected)
+			}
+			return ids, nil
+		} else {
+			lastErr = fmt.Errorf("batch: HTTP %d: %s", code, truncate(raw, 300))
+			if code < 500 {
+				return nil, lastErr
+			}
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	return nil, lastErr
+}
+
+func truncate(b []byte, n int) string {
+	if len(b) > n {
+		return string(b[:n]) + "…"
+	}
+	return string(b)
+}
+
+// outcome finishes a result from the projection and the log: lost (accepted
+// but not succeeded), duplicated (completed more than once in the log).
+type logCheck struct {
+	completed Attempts
+	failed    Attempts
+	started   Attempts
+}
+
+func (b *Bench) checkLog(ctx context.Context, from Offsets, withFailed bool) (logCheck, error) {
+	// Late duplicates would come after the projection's last row: give
+	// them a moment to appear.
+	time.Sleep(time.Second)
+	to, err := b.probe.endOffsets(ctx)
+	if err != nil {
+		return logCheck{}, err
+	}
+	var lc logCheck
+	p := b.probe.prefix
+	if lc.completed, err = b.probe.readEvents(ctx, p+"jobs.completed", from, to); err != nil {
+		return lc, err
+	}
+	if lc.started, err = b.probe.readEvents(ctx, p+"jobs.started", from, to); err != nil {
+		return lc, err
+	}
+	if withFailed {
+		if lc.failed, err = b.probe.readEvents(ctx, p+"jobs.failed", from, to); err != nil {
+			return lc, err
+		}
+	}
+	return lc, nil
+}
+
+// settle fills lost and duplicated of r from the accepted ids, the
+// projection rows and the log.
+func settle(r *Result, ids []string, rows map[string]JobRow, lc logCheck) (notes []string) {
+	var lost, dup, restarted int
+	for _, id := range ids {
+		row, ok := rows[id]
+		if !ok || row.Status != "succeeded" {
+			lost++
+		}
+		if len(lc.completed[id]) > 1 {
+			dup++
+		}
+		if ok && row.Status == "succeeded" && len(lc.completed[id]) == 0 {
+			notes = append(notes, "projection shows success without a completed event for "+id)
+		}
+		seen := map[int]bool{}
+		for _, a := range lc.started[id] {
+			if seen[a] {
+				restarted++
+				break
+			}
+			seen[a] = true
+		}
+	}
+	r.Lost, r.Duplicated = lost, dup
+	if restarted > 0 {
+		notes = append(notes, fmt.Sprintf("%d jobs had an attempt started more than once (log)", restarted))
+	}
+	if len(notes) > 5 {
+		notes = append(notes[:5], fmt.Sprintf("… %d more notes", len(notes)-5))
+	}
+	return notes
+}
+
+// --- throughput -------------------------------------------------------
+
+func (b *Bench) throughput(ctx context.Context) Result {
+	n := b.sizes.Throughput
+	r := Result{System: "ferry", Workload: "throughput", N: n}
+	tag := b.tag("throughput")
+	before := b.probe.counters(ctx)
+	rss := SampleRSS(b.t.PID, 100*time.Millisecond)
+
+	const batch = 1000
+	batches := make(chan int, n/batch+1)
+	for left := n; left > 0; left -= batch {
+		batches <- min(batch, left)
+	}
+	close(batches)
+	var (
+		mu     sync.Mutex
+		ids    = make([]string, 0, n)
+		errs   []error
+		wg     sync.WaitGroup
+		lastOK time.Time
+	)
+	stopProfile := b.startProfile(ctx, "throughput", 30*time.Second)
+	t0 := time.Now()
+	for c := 0; c < b.clients; c++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for size := range batches {
+				jobs := make([]jobReq, size)
+				for i := range jobs {
+					jobs[i] = jobReq{"type": "noop", "tags": []string{tag}}
+				}
+				got, err := b.submitBatch(ctx, jobs)
+				now := time.Now()
+				mu.Lock()
+				ids = append(ids, got...)
+				if err != nil {
+					errs = append(errs, err)
+				}
+				if now.After(lastOK) {
+					lastOK = now
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	enqDur := lastOK.Sub(t0)
+	b.enqFrom, b.enqTo, b.enqN = t0.Add(-time.Second), lastOK.Add(time.Second), len(ids)
+	r.EnqueueRate = Rate(len(ids), enqDur)
+	fmt.Fprintf(b.log, "throughput: %d accepted in %s (%.0f/s), waiting for completion\n", len(ids), enqDur.Round(time.Millisecond), r.EnqueueRate)
+
+	_, ok := b.probe.waitDone(ctx, tag, len(ids), b.timeout)
+	rows, err := b.probe.jobs(ctx, tag)
+	stopProfile()
+	r.RSSMB = rss.Stop()
+	after := b.probe.counters(ctx)
+	var notes []string
+	if err != nil {
+		notes = append(notes, "projection read: "+err.Error())
+	}
+	if !ok {
+		notes = append(notes, fmt.Sprintf("timed out after %s waiting for completion", b.timeout))
+	}
+	for _, e := range errs[:min(len(errs), 3)] {
+		notes = append(notes, "submit: "+e.Error())
+	}
+	var last time.Time
+	var lat []float64
+	for _, row := range rows {
+		if row.FinishedAt != nil && row.FinishedAt.After(last) {
+			last = *row.FinishedAt
+		}
+		if row.FinishedAt != nil {
+			lat = append(lat, Ms(row.FinishedAt.Sub(row.CreatedAt)))
+		}
+	}
+	if !last.IsZero() {
+		r.E2EJobsPerS = Rate(n, last.Sub(t0))
+		notes = append(notes, fmt.Sprintf("first enqueue → last completion %.2f s", last.Sub(t0).Seconds()))
+	}
+	p := Summarize(lat)
+	r.setPercentiles(p)
+	notes = append(notes, "p*_ms: submission → completion per job", fmt.Sprintf("%d concurrent clients, batches of 1000", b.clients))
+	lc, err := b.checkLog(ctx, before.Kafka, false)
+	if err != nil {
+		notes = append(notes, "log check: "+err.Error())
+	}
+	notes = append(notes, settle(&r, padIDs(ids, n), rows, lc)...)
+	s, detail := b.probe.perJob(before, after, len(ids))
+	notes = append(notes, s)
+	r.extraRecords = map[string]any{"counters": detail}
+	r.Notes = strings.Join(append(notes, b.noise), "; ")
+	return r
+}
+
+// padIDs counts submissions that were never accepted as lost.
+func padIDs(ids []string, n int) []string {
+	for i := len(ids); i < n; i++ {
+		ids = append(ids, fmt.Sprintf("never-accepted-%d", i))
+	}
+	return ids
+}
+
+// --- latency ----------------------------------------------------------
+
+func (b *Bench) latency(ctx context.Context) Result {
+	rate, dur := b.sizes.LatencyRate, b.sizes.LatencyFor
+	n := int(float64(rate) * dur.Seconds())
+	r := Result{System: "ferry", Workload: "latency", N: n}
+	tag := b.tag("latency")
+	before := b.probe.counters(ctx)
+	rss := SampleRSS(b.t.PID, 100*time.Millisecond)
+	interval := time.Second / time.Duration(rate)
+
+	var (
+		mu        sync.Mutex
+		ids       = make([]string, 0, n)
+		rtts      = make([]float64, 0, n)
+		failures  int
+		firstErr  error
+		wg        sync.WaitGroup
+		maxBehind time.Duration
+	)
+	sem := make(chan struct{}, 512)
+	body, _ := json.Marshal(jobReq{"type": "noop", "tags": []string{tag}})
+	t0 := time.Now()
+	for i := 0; i < n; i++ {
+		due := t0.Add(time.Duration(i) * interval)
+		if d := time.Until(due); d > 0 {
+			time.Sleep(d)
+		}
+		if behind := time.Since(due); behind > maxBehind {
+			maxBehind = behind
+		}
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			start := time.Now()
+			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, b.t.API+"/v1/jobs", bytes.NewReader(body))
+			req.Header.Set("Authorization", "Bearer "+b.t.Key)
+			req.Header.Set("Content-Type", "application/json")
+			resp, err := b.client.Do(req)
+			var id string
+			if err == nil {
+				raw, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusAccepted {
+					var s submitted
+					_ = json.Unmarshal(raw, &s)
+					id = s.ID
+				} else {
+					err = fmt.Errorf("HTTP %d: %s", resp.StatusCode, truncate(raw, 200))
+				}
+			}
+			rtt := Ms(time.Since(start))
+			mu.Lock()
+			defer mu.Unlock()
+			if id == "" {
+				failures++
+				if firstErr == nil {
+					firstErr = err
+				}
+				return
+			}
+			ids = append(ids, id)
+			rtts = append(rtts, rtt)
+		}()
+	}
+	sentAll := time.Now()
+	wg.Wait()
+	offered := Rate(n, sentAll.Sub(t0))
+	r.EnqueueRate = Rate(len(ids), time.Since(t0))
+
+	_, ok := b.probe.waitDone(ctx, tag, len(ids), b.timeout)
+	rows, err := b.probe.jobs(ctx, tag)
+	r.RSSMB = rss.Stop()
+	var notes []string
+	if err != nil {
+		notes = append(notes, "projection read: "+err.Error())
+	}
+	if !ok {
+		notes = append(notes, "timed out waiting for completion")
+	}
+	var lat []float64
+	var lastStart, lastDone time.Time
+	for _, row := range rows {
+		if row.StartedAt != nil {
+			lat = append(lat, Ms(row.StartedAt.Sub(row.CreatedAt)))
+			if row.StartedAt.After(lastStart) {
+				lastStart = *row.StartedAt
+			}
+		}
+		if row.FinishedAt != nil && row.FinishedAt.After(lastDone) {
+			lastDone = *row.FinishedAt
+		}
+	}
+	p := Summarize(lat)
+	r.setPercentiles(p)
+	if !lastDone.IsZero() {
+		r.E2EJobsPerS = Rate(len(ids), lastDone.Sub(t0))
+	}
+	rt := Summarize(rtts)
+	keptUp := offered >= 0.98*float64(rate) && failures == 0 && p.P99 < 1000
+	notes = append(notes,
+		fmt.Sprintf("kept up: %v (offered %.0f jobs/s against %d target, pacer max %.0f ms behind schedule, %d submissions failed; last start %.0f ms after the last submission)",
+			keptUp, offered, rate, Ms(maxBehind), failures, Ms(lastStart.Sub(sentAll))),
+		"p*_ms: created_at (request received) → started_at, from the status projection",
+		fmt.Sprintf("client POST round trip p50 %.1f p99 %.1f max %.1f ms", rt.P50, rt.P99, rt.Max))
+	if firstErr != nil {
+		notes = append(notes, "first submit error: "+firstErr.Error())
+	}
+	lc, err := b.checkLog(ctx, before.Kafka, false)
+	if err != nil {
+		notes = append(notes, "log check: "+err.Error())
+	}
+	notes = append(notes, settle(&r, padIDs(ids, n), rows, lc)...)
+	r.Notes = strings.Join(append(notes, b.noise), "; ")
+	return r
+}
+
+// --- delayed ----------------------------------------------------------
+
+func (b *Bench) delayed(ctx context.Context) Result {
+	n := b.sizes.Delayed
+	r := Result{System: "ferry", Workload: "delayed", N: n}
+	tag := b.tag("delayed")
+	before := b.probe.counters(ctx)
+	rss := SampleRSS(b.t.PID, 100*time.Millisecond)
+	var ids []string
+	var errs []string
+	t0 := time.Now()
+	for left := n; left > 0; left -= 1000 {
+		size := min(1000, left)
+		runAt := time.Now().Add(b.sizes.Delay).UTC().Format(time.RFC3339Nano)
+		jobs := make([]jobReq, size)
+		for i := range jobs {
+			jobs[i] = jobReq{"type": "noop", "tags": []string{tag}, "run_at": runAt}
+		}
+		got, err := b.submitBatch(ctx, jobs)
+		ids = append(ids, got...)
+		if err != nil {
+			errs = append(errs, err.Error())
+		}
+	}
+	r.EnqueueRate = Rate(len(ids), time.Since(t0))
+	_, ok := b.probe.waitDone(ctx, tag, len(ids), b.timeout+b.sizes.Delay)
+	rows, err := b.probe.jobs(ctx, tag)
+	r.RSSMB = rss.Stop()
+	var notes []string
+	if err != nil {
+		notes = append(notes, "projection read: "+err.Error())
+	}
+	if !ok {
+		notes = append(notes, "timed out waiting for completion")
+	}
+	var late []float64
+	early := 0
+	var worstEarly time.Duration
+	var lastDone time.Time
+	for _, row := range rows {
+		if row.StartedAt == nil || row.ScheduledFor == nil {
+			continue
+		}
+		d := row.StartedAt.Sub(*row.ScheduledFor)
+		if d < 0 {
+			early++
+			worstEarly = min(worstEarly, d)
+		}
+		late = append(late, Ms(d))
+		if row.FinishedAt != nil && row.FinishedAt.After(lastDone) {
+			lastDone = *row.FinishedAt
+		}
+	}
+	p := Summarize(late)
+	r.setPercentiles(p)
+	if !lastDone.IsZero() {
+		r.E2EJobsPerS = Rate(len(ids), lastDone.Sub(t0))
+	}
+	notes = append(notes, fmt.Sprintf("p*_ms: lateness = started_at − run_at (status projection); run_at = now + %s; %d started early", b.sizes.Delay, early))
+	if early > 0 {
+		notes = append(notes, fmt.Sprintf("earliest start %.1f ms before run_at", -Ms(worstEarly)))
+	}
+	notes = append(notes, errs[:min(3, len(errs))]...)
+	lc, err := b.checkLog(ctx, before.Kafka, false)
+	if err != nil {
+		notes = append(notes, "log check: "+err.Error())
+	}
+	notes = append(notes, settle(&r, padIDs(ids, n), rows, lc)...)
+	r.Notes = strings.Join(append(notes, b.noise), "; ")
+	return r
+}
+
+// --- retry ------------------------------------------------------------
+
+func (b *Bench) retry(ctx context.Context) Result {
+	n := b.sizes.Retry
+	r := Result{System: "ferry", Workload: "retry", N: n}
+	tag := b.tag("retry")
+	before := b.probe.counters(ctx)
+	rss := SampleRSS(b.t.PID, 100*time.Millisecond)
+	var ids []string
+	var errs []string
+	t0 := time.Now()
+	for left := n; left > 0; left -= 1000 {
+		jobs := make([]jobReq, min(1000, left))
+		for i := range jobs {
+			jobs[i] = jobReq{"type": "fail", "tags": []string{tag}, "payload": map[string]any{"times": 1},
+				"backoff": map[string]string{"base": "1s", "max": "1s"}}
+		}
+		got, err := b.submitBatch(ctx, jobs)
+		ids = append(ids, got...)
+		if err != nil {
+			errs = append(errs, err.Error())
+		}
+	}
+	r.EnqueueRate = Rate(len(ids), time.Since(t0))
+	_, ok := b.probe.waitDone(ctx, tag, len(ids), b.timeout)
+	rows, err := b.probe.jobs(ctx, tag)
+	r.RSSMB = rss.Stop()
+	var notes []string
+	if err != nil {
+		notes = append(notes, "projection read: "+err.Error())
+	}
+	if !ok {
+		notes = append(notes, "timed out waiting for completion")
+	}
+	var per []float64
+	var lastDone time.Time
+	for _, row := range rows {
+		if row.FinishedAt != nil {
+			per = append(per, Ms(row.FinishedAt.Sub(row.CreatedAt)))
+			if row.FinishedAt.After(lastDone) {
+				lastDone = *row.FinishedAt
+			}
+		}
+	}
+	r.setPercentiles(Summarize(per))
+	if !lastDone.IsZero() {
+		r.E2EJobsPerS = Rate(len(ids), lastDone.Sub(t0))
+		notes = append(notes, fmt.Sprintf("time to all complete %.2f s (first submission → last completion)", lastDone.Sub(t0).Seconds()))
+	}
+	notes = append(notes, "p*_ms: submission → completion per job",
+		"fail handler {times:1}, backoff base=max=1s; the API has no jitter field, so the scheduler's ±25 % jitter applies (retry delay 0.75–1.25 s)")
+	notes = append(notes, errs[:min(3, len(errs))]...)
+	lc, err := b.checkLog(ctx, before.Kafka, true)
+	if err != nil {
+		notes = append(notes, "log check: "+err.Error())
+	}
+	notes = append(notes, settle(&r, padIDs(ids, n), rows, lc)...)
+	// Exactly two attempts each: one failure of attempt 1, one completion of attempt 2.
+	var wrong int
+	for _, id := range ids {
+		f, c := lc.failed[id], lc.completed[id]
+		if len(f) != 1 || f[0] != 1 || len(c) != 1 || c[0] != 2 || rows[id].Attempt != 2 {
+			wrong++
+		}
+	}
+	notes = append(notes, fmt.Sprintf("%d jobs without exactly two attempts (failed #1, completed #2)", wrong))
+	r.Notes = strings.Join(append(notes, b.noise), "; ")
+	return r
+}
+
+// --- sse-idle ---------------------------------------------------------
+
+func (b *Bench) sseIdle(ctx context.Context) Result {
+	n := b.sizes.SSE
+	r := Result{System: "ferry", Workload: "sse-idle", N: n}
+	runtimeSettle := 3 * time.Second
+	time.Sleep(runtimeSettle)
+	base := RSSMB(b.t.PID)
+	inuse0 := b.goInuse(ctx)
+	tr := &http.Transport{MaxConnsPerHost: 0, MaxIdleConnsPerHost: n, DisableCompression: true}
+	cl := &http.Client{Transport: tr}
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var open, failed atomic.Int64
+	var firstErr atomic.Value
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 64)
+	t0 := time.Now()
+	for i := 0; i < n; i++ {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			req, _ := http.NewRequestWithContext(sctx, http.MethodGet, b.t.API+"/v1/events", nil)
+			req.Header.Set("Authorization", "Bearer "+b.t.Key)
+			req.Header.Set("Accept", "text/event-stream")
+			resp, err := cl.Do(req)
+			<-sem
+			if err == nil && resp.StatusCode != http.StatusOK {
+				raw, _ := io.ReadAll(io.LimitReader(resp.Body, 300))
+				resp.Body.Close()
+				err = fmt.Errorf("HTTP %d: %s", resp.StatusCode, raw)
+			}
+			if err != nil {
+				failed.Add(1)
+				firstErr.CompareAndSwap(nil, err.Error())
+				wg.Done()
+				return
+			}
+			open.Add(1)
+			wg.Done()
+			_, _ = io.Copy(io.Discard, resp.Body) // idle: only keep-alive comments
+			resp.Body.Close()
+		}()
+	}
+	wg.Wait()
+	opened := time.Since(t0)
+	if open.Load() == 0 {
+		r.skipped = true
+		r.Notes = fmt.Sprintf("skipped: no SSE stream opened on GET /v1/events: %v", firstErr.Load())
+		return r
+	}
+	// Hold the idle streams and sample the server's resident memory.
+	rss := SampleRSS(b.t.PID, 200*time.Millisecond)
+	time.Sleep(10 * time.Second)
+	r.RSSMB = rss.Stop()
+	now := RSSMB(b.t.PID)
+	inuse1 := b.goInuse(ctx)
+	cancel()
+	r.Lost = 0
+	notes := []string{
+		fmt.Sprintf("%d streams open (%d failed) in %.1f s on GET /v1/events; rss_mb = peak VmRSS of the ferry dev process (api, scheduler, workers, projections, sse-bridge, audit, webhooks and embedded Kafka) over 10 s idle",
+			open.Load(), failed.Load(), opened.Seconds()),
+		fmt.Sprintf("VmRSS before opening %.1f MiB, after %.1f MiB: %.1f KiB per stream", base, now, (now-base)*1024/float64(open.Load())),
+	}
+	if inuse0 > 0 && inuse1 > 0 {
+		notes = append(notes, fmt.Sprintf("Go heap+stack in use %.1f → %.1f MiB: %.1f KiB per stream (runtime.MemStats via pprof)",
+			inuse0/(1<<20), inuse1/(1<<20), (inuse1-inuse0)/1024/float64(open.Load())))
+	}
+	if e := firstErr.Load(); e != nil {
+		notes = append(notes, fmt.Sprint("first error: ", e))
+	}
+	r.Notes = strings.Join(append(notes, b.noise), "; ")
+	return r
+}
+
+// --- audit-export -----------------------------------------------------
+
+func (b *Bench) auditExport(ctx context.Context) Result {
+	n := b.sizes.Audit
+	r := Result{System: "ferry", Workload: "audit-export", N: n}
+	var notes []string
+	if b.enqN < n {
+		// No throughput run to export: enqueue the rows' jobs first.
+		tag := b.tag("audit")
+		from := time.Now().Add(-time.Second)
+		var ids []string
+		for left := n; left > 0; left -= 1000 {
+			jobs := make([]jobReq, min(1000, left))
+			for i := range jobs {
+				jobs[i] = jobReq{"type": "noop", "tags": []string{tag}}
+			}
+			got, err := b.submitBatch(ctx, jobs)
+			if err != nil {
+				notes = append(notes, "seed: "+err.Error())
+			}
+			ids = append(ids, got...)
+		}
+		b.enqFrom, b.enqTo, b.enqN = from, time.Now().Add(time.Second), len(ids)
+	}
+	// Wait for the audit projection to hold every enqueued row of the window.
+	deadline := time.Now().Add(b.timeout)
+	var have int
+	for {
+		var err error
+		have, err = b.probe.auditRows(ctx, "enqueued", b.enqFrom, b.enqTo)
+		if err != nil {
+			r.skipped = true
+			r.Notes = "skipped: cannot count audit rows: " + err.Error()
+			return r
+		}
+		if have >= b.enqN || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	q := url.Values{"format": {"ndjson"}, "type": {"enqueued"},
+		"from": {b.enqFrom.UTC().Format(time.RFC3339Nano)}, "to": {b.enqTo.UTC().Format(time.RFC3339Nano)}}
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, b.t.API+"/v1/audit/export?"+q.Encode(), nil)
+	req.Header.Set("Authorization", "Bearer "+b.t.Key)
+	time.Sleep(2 * time.Second)
+	base := RSSMB(b.t.PID)
+	rss := SampleRSS(b.t.PID, 20*time.Millisecond)
+	t0 := time.Now()
+	resp, err := b.client.Do(req)
+	if err != nil {
+		rss.Stop()
+		r.skipped = true
+		r.Notes = "skipped: " + err.Error()
+		return r
+	}
+	if resp.StatusCode != http.StatusOK {
+		raw, _ := io.ReadAll(io.LimitReader(resp.Body, 300))
+		resp.Body.Close()
+		rss.Stop()
+		r.skipped = true
+		r.Notes = fmt.Sprintf("skipped: GET /v1/audit/export: HTTP %d: %s", resp.StatusCode, raw)
+		return r
+	}
+	br := bufio.NewReaderSize(resp.Body, 1<<20)
+	rows, bytesRead := 0, 0
+	var firstRow time.Duration
+	for {
+		line, err := br.ReadSlice('\n')
+		bytesRead += len(line)
+		if len(line) > 0 && line[len(line)-1] == '\n' {
+			if rows == 0 {
+				firstRow = time.Since(t0)
+			}
+			rows++
+		}
+		if errors.Is(err, bufio.ErrBufferFull) {
+			continue
+		}
+		if err != nil {
+			if !errors.Is(err, io.EOF) {
+				notes = append(notes, "read: "+err.Error())
+			}
+			break
+		}
+	}
+	resp.Body.Close()
+	d := time.Since(t0)
+	r.RSSMB = rss.Stop()
+	r.E2EJobsPerS = Rate(rows, d)
+	r.MaxMs = round(Ms(d), 1)
+	if rows != n {
+		notes = append(notes, fmt.Sprintf("exported %d rows, expected %d (audit projection held %d)", rows, n, have))
+	}
+	notes = append(notes, fmt.Sprintf("rows/s in e2e_jobs_per_s: %d rows, %.1f MB NDJSON in %.2f s (first row after %.0f ms); max_ms = whole export; rss_mb = peak VmRSS during the export, %.1f MiB before",
+		rows, float64(bytesRead)/1e6, d.Seconds(), Ms(firstRow), base))
+	r.Notes = strings.Join(append(notes, b.noise), "; ")
+	return r
+}
+
+// --- profiles ---------------------------------------------------------
+
+// startProfile fetches a CPU and an allocation (delta) profile of the
+// serving process over d, in the background; the returned func waits.
+func (b *Bench) startProfile(ctx context.Context, name string, d time.Duration) func() {
+	if b.profile == "" || b.t.Pprof == "" {
+		return func() {}
+	}
+	var wg sync.WaitGroup
+	secs := fmt.Sprint(int(d.Seconds()))
+	for _, p := range []struct{ path, file string }{
+		{"/debug/pprof/profile?seconds=" + secs, name + "-cpu.pb.gz"},
+		{"/debug/pprof/allocs?seconds=" + secs, name + "-allocs.pb.gz"},
+	} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+b.t.Pprof+p.path, nil)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				fmt.Fprintln(b.log, "profile:", err)
+				return
+			}
+			defer resp.Body.Close()
+			f, err := os.Create(filepath.Join(b.profile, p.file))
+			if err != nil {
+				fmt.Fprintln(b.log, "profile:", err)
+				return
+			}
+			defer f.Close()
+			_, _ = io.Copy(f, resp.Body)
+			fmt.Fprintln(b.log, "profile written:", f.Name())
+		}()
+	}
+	return wg.Wait
+}
+
+// goInuse is HeapInuse + StackInuse of the serving process in bytes, from
+// the runtime.MemStats that /debug/pprof/heap?debug=1 prints (0 if unknown).
+func (b *Bench) goInuse(ctx context.Context) float64 {
+	if b.t.Pprof == "" {
+		return 0
+	}
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+b.t.Pprof+"/debug/pprof/heap?debug=1&gc=1", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0
+	}
+	defer resp.Body.Close()
+	var total float64
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		for _, k := range []string{"# HeapInuse = ", "# StackInuse = "} {
+			if v, ok := strings.CutPrefix(sc.Text(), k); ok {
+				var n float64
+				fmt.Sscan(v, &n)
+				total += n
+			}
+		}
+	}
+	return total
+}
