@@ -86,6 +86,26 @@ func (l *Loader) Int(name string) int {
 	return n
 }
 
+// IntMap returns name as comma-separated key=integer pairs
+// ("email.send=10,report=2"); nil when unset.
+func (l *Loader) IntMap(name string) map[string]int {
+	items := l.List(name)
+	if len(items) == 0 {
+		return nil
+	}
+	out := make(map[string]int, len(items))
+	for _, it := range items {
+		k, v, ok := strings.Cut(it, "=")
+		n, err := strconv.Atoi(strings.TrimSpace(v))
+		if k = strings.TrimSpace(k); !ok || k == "" || err != nil {
+			l.errs = append(l.errs, fmt.Errorf("%s: %q: want key=integer", name, it))
+			continue
+		}
+		out[k] = n
+	}
+	return out
+}
+
 // Duration returns name as a Go duration ("500ms", "2s").
 func (l *Loader) Duration(name string) time.Duration {
 	s := l.Raw(name)

@@ -46,6 +46,7 @@ var Vars = []Var{
 
 	// api.
 	{"FERRY_API_IDEMPOTENCY_TTL", "24h", "How long an Idempotency-Key is remembered in Redis (the status projection keeps it for the job's lifetime)."},
+	{"FERRY_API_MAX_ATTEMPTS_TYPES", "", "Default max_attempts per job type for jobs that do not set it, comma-separated type=N (e.g. email.send=10); other types default to 5."},
 	{"FERRY_API_MAX_PAYLOAD_BYTES", "262144", "Largest accepted job payload."},
 
 	// scheduler.

@@ -50,6 +50,7 @@ import (
 	"github.com/ferryhq/ferry/services/api/internal/idem"
 	"github.com/ferryhq/ferry/services/api/internal/limits"
 	"github.com/ferryhq/ferry/services/api/internal/store"
+	"github.com/ferryhq/ferry/services/api/internal/submit"
 )
 
 //go:embed openapi.json
@@ -70,6 +71,9 @@ type Config struct {
 	SubmittedTTL time.Duration
 	// MaxPayloadBytes bounds a job's payload. Defaults to 262144.
 	MaxPayloadBytes int
+	// MaxAttemptsByType is the default max_attempts per job type, for jobs
+	// that do not set their own. Defaults to none (5 for every type).
+	MaxAttemptsByType map[string]int
 	// MaxBatchBytes bounds the body of POST /v1/jobs/batch. Defaults to 32 MiB.
 	MaxBatchBytes int64
 	// MaxBatchJobs bounds the jobs of one batch. Defaults to 1000.
@@ -133,6 +137,11 @@ func (c Config) Validate() error {
 	if c.MaxBatchBytes < int64(c.MaxPayloadBytes) {
 		errs = append(errs, errors.New("api: MaxBatchBytes must be at least MaxPayloadBytes"))
 	}
+	for typ, n := range c.MaxAttemptsByType {
+		if n < 1 || n > submit.MaxMaxAttempts {
+			errs = append(errs, fmt.Errorf("FERRY_API_MAX_ATTEMPTS_TYPES: %s=%d: must be between 1 and %d", typ, n, submit.MaxMaxAttempts))
+		}
+	}
 	if c.MaxBatchJobs < 1 || c.ProjectionBatch < 1 {
 		errs = append(errs, errors.New("api: MaxBatchJobs and ProjectionBatch must be positive"))
 	}
@@ -142,8 +151,9 @@ func (c Config) Validate() error {
 // LoadConfig reads the api's settings.
 func LoadConfig(l *config.Loader) Config {
 	return Config{
-		IdempotencyTTL:  l.Duration("FERRY_API_IDEMPOTENCY_TTL"),
-		MaxPayloadBytes: l.Int("FERRY_API_MAX_PAYLOAD_BYTES"),
+		IdempotencyTTL:    l.Duration("FERRY_API_IDEMPOTENCY_TTL"),
+		MaxPayloadBytes:   l.Int("FERRY_API_MAX_PAYLOAD_BYTES"),
+		MaxAttemptsByType: l.IntMap("FERRY_API_MAX_ATTEMPTS_TYPES"),
 	}
 }
 

@@ -232,7 +232,7 @@ func (s *Service) submit(ctx context.Context, settings auth.Settings, items []it
 			out[i].err = it.err
 			continue
 		}
-		a, err := submit.Validate(it.req, now, submit.Limits{MaxPayloadBytes: s.maxPayload(settings)})
+		a, err := submit.Validate(it.req, now, submit.Limits{MaxPayloadBytes: s.maxPayload(settings), MaxAttemptsByType: s.cfg.MaxAttemptsByType})
 		if err != nil {
 			var inv *submit.Invalid
 			if errors.As(err, &inv) {

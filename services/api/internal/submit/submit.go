@@ -42,10 +42,13 @@ type BackoffRequest struct {
 	Max  *string `json:"max,omitempty"`
 }
 
-// Limits bound submissions.
+// Limits bound submissions and hold the operator's defaults.
 type Limits struct {
 	// MaxPayloadBytes bounds the payload's encoded size.
 	MaxPayloadBytes int
+	// MaxAttemptsByType is the default max_attempts of jobs of a type that
+	// do not set their own; other types default to DefaultMaxAttempts.
+	MaxAttemptsByType map[string]int
 }
 
 // Limits of DESIGN.md §3 that are not configurable.
@@ -92,6 +95,9 @@ func (e *Invalid) Error() string { return fmt.Sprintf("invalid submission: %v", 
 func Validate(req Request, now time.Time, lim Limits) (Accepted, error) {
 	bad := map[string]string{}
 	spec := schema.JobSpec{Type: req.Type, Queue: DefaultQueue, Priority: DefaultPriority, MaxAttempts: DefaultMaxAttempts, Pool: schema.PoolShort}
+	if n, ok := lim.MaxAttemptsByType[req.Type]; ok {
+		spec.MaxAttempts = n
+	}
 	switch {
 	case req.Type == "":
 		bad["type"] = "is required"
