@@ -80,10 +80,14 @@ type JobRef struct {
 	Attempt  int    `json:"attempt"`
 }
 
-// Backoff overrides the retry backoff of one job: min(base·2^(n-1), max).
+// Backoff overrides the retry backoff of one job: min(base·2^(n-1), max),
+// spread by ±Jitter.
 type Backoff struct {
 	Base Duration `json:"base,omitempty"`
 	Max  Duration `json:"max,omitempty"`
+	// Jitter is the relative spread of each delay, 0 to 1; 0 makes the
+	// delays exact. Unset: the scheduler's default (±25 %).
+	Jitter *float64 `json:"jitter,omitempty"`
 }
 
 // JobSpec is an accepted submission with defaults applied. It travels with

@@ -59,7 +59,7 @@ func exampleJob() JobSpec {
 		NotAfter:    tsp("2025-01-03T00:00:00Z"),
 		Tags:        []string{"onboarding", "email"},
 		Pool:        PoolShort,
-		Backoff:     &Backoff{Base: Duration(1500 * time.Millisecond), Max: Duration(5 * time.Minute)},
+		Backoff:     &Backoff{Base: Duration(1500 * time.Millisecond), Max: Duration(5 * time.Minute), Jitter: new(0.1)},
 	}
 }
 

@@ -40,6 +40,8 @@ type Request struct {
 type BackoffRequest struct {
 	Base *string `json:"base,omitempty"`
 	Max  *string `json:"max,omitempty"`
+	// Jitter is the relative spread of each delay, 0 to 1 (0: exact delays).
+	Jitter *float64 `json:"jitter,omitempty"`
 }
 
 // Limits bound submissions and hold the operator's defaults.
@@ -224,7 +226,13 @@ func Validate(req Request, now time.Time, lim Limits) (Accepted, error) {
 		if b.Base > 0 && b.Max > 0 && b.Max < b.Base {
 			bad["backoff.max"] = "must not be less than backoff.base"
 		}
-		if b.Base > 0 || b.Max > 0 {
+		if j := req.Backoff.Jitter; j != nil {
+			if *j < 0 || *j > 1 {
+				bad["backoff.jitter"] = "must be between 0 and 1"
+			}
+			b.Jitter = j
+		}
+		if b.Base > 0 || b.Max > 0 || b.Jitter != nil {
 			spec.Backoff = b
 		}
 	}

@@ -85,3 +85,19 @@ func TestHashIgnoresFormatting(t *testing.T) {
 		t.Fatal("hash")
 	}
 }
+
+// TestBackoffJitter: backoff.jitter is carried when within [0, 1].
+func TestBackoffJitter(t *testing.T) {
+	now := time.Now()
+	lim := Limits{MaxPayloadBytes: 1024}
+	zero, bad := 0.0, 1.5
+	a, err := Validate(Request{Type: "x", Backoff: &BackoffRequest{Jitter: &zero}}, now, lim)
+	if err != nil || a.Spec.Backoff == nil || a.Spec.Backoff.Jitter == nil || *a.Spec.Backoff.Jitter != 0 {
+		t.Fatalf("jitter 0: %+v %v", a.Spec.Backoff, err)
+	}
+	_, err = Validate(Request{Type: "x", Backoff: &BackoffRequest{Jitter: &bad}}, now, lim)
+	var inv *Invalid
+	if !errors.As(err, &inv) || inv.Fields["backoff.jitter"] == "" {
+		t.Fatalf("jitter 1.5: %v", err)
+	}
+}

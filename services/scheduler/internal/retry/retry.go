@@ -176,7 +176,10 @@ func (p Policy) Backoff(n int, override *schema.Backoff) time.Duration {
 	if j == 0 {
 		j = DefaultJitter
 	}
-	if j < 0 {
+	if override != nil && override.Jitter != nil {
+		j = *override.Jitter // the job asked for its own spread; 0 means exact
+	}
+	if j <= 0 {
 		return d
 	}
 	r := p.rand()

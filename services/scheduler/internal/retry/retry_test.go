@@ -140,3 +140,24 @@ func TestTypeBackoff(t *testing.T) {
 		t.Fatalf("other type: %+v", d)
 	}
 }
+
+// TestBackoffJobJitter: a job's own jitter replaces the default spread, and
+// 0 makes every delay exact (the benchmark's constant 1 s retry).
+func TestBackoffJobJitter(t *testing.T) {
+	zero, tenth := 0.0, 0.1
+	for _, r := range []float64{0, 0.5, 0.999} {
+		p := Policy{Rand: func() float64 { return r }}
+		exact := &schema.Backoff{Base: schema.Duration(time.Second), Max: schema.Duration(time.Second), Jitter: &zero}
+		if d := p.Backoff(1, exact); d != time.Second {
+			t.Fatalf("jitter 0, rand %v: %v, want exactly 1s", r, d)
+		}
+		narrow := &schema.Backoff{Base: schema.Duration(time.Second), Jitter: &tenth}
+		if d := p.Backoff(1, narrow); d < 900*time.Millisecond || d > 1100*time.Millisecond {
+			t.Fatalf("jitter 0.1, rand %v: %v, want within ±10%% of 1s", r, d)
+		}
+	}
+	p := Policy{Rand: func() float64 { return 0.999 }}
+	if d := p.Backoff(1, &schema.Backoff{Base: schema.Duration(time.Second)}); d < 1200*time.Millisecond {
+		t.Fatalf("no job jitter: %v, want the default ±25%% spread", d)
+	}
+}
