@@ -13,7 +13,6 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"io/fs"
 	"net/http"
 	"strings"
 	"sync"
@@ -34,11 +33,7 @@ var migrations embed.FS
 
 // Migrate creates the tenants and api_keys tables.
 func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
-	sub, err := fs.Sub(migrations, "migrations")
-	if err != nil {
-		return err
-	}
-	return pgstore.Migrate(ctx, pool, "auth", sub)
+	return pgstore.MigrateEmbedded(ctx, pool, "auth", migrations, "migrations")
 }
 
 // Principal is who is calling.

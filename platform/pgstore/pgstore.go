@@ -86,6 +86,21 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, component string, fsys fs.
 	return nil
 }
 
+// MigrateEmbedded applies the migrations of component found in the
+// directory dir of fsys, typically an embed.FS declared beside the store:
+//
+//	//go:embed migrations/*.sql
+//	var migrations embed.FS
+//
+//	pgstore.MigrateEmbedded(ctx, pool, "dlq", migrations, "migrations")
+func MigrateEmbedded(ctx context.Context, pool *pgxpool.Pool, component string, fsys fs.FS, dir string) error {
+	sub, err := fs.Sub(fsys, dir)
+	if err != nil {
+		return fmt.Errorf("pgstore: %s migrations: %w", component, err)
+	}
+	return Migrate(ctx, pool, component, sub)
+}
+
 type migrationFile struct {
 	version int
 	name    string

@@ -7,8 +7,6 @@ import (
 	"encoding/csv"
 	"encoding/json"
 	"fmt"
-	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -24,8 +22,6 @@ import (
 
 	"github.com/ferryhq/ferry/events/schema"
 	"github.com/ferryhq/ferry/platform/auth"
-	"github.com/ferryhq/ferry/platform/config"
-	"github.com/ferryhq/ferry/platform/httpx"
 	"github.com/ferryhq/ferry/platform/kafkax"
 	"github.com/ferryhq/ferry/platform/service"
 	"github.com/ferryhq/ferry/platform/testenv"
@@ -62,46 +58,22 @@ type bundle struct {
 func setup(t *testing.T, cfg audit.Config) *bundle {
 	t.Helper()
 	ctx := context.Background()
-	brokers := testenv.Kafka(t)
-	superURL := testenv.Postgres(t)
-	super, err := pgxpool.New(ctx, superURL)
+	common := testenv.Common(t, audit.Needs)
+	super, err := pgxpool.New(ctx, common.PostgresURL)
 	if err != nil {
 		t.Fatal(err)
 	}
-	appURL := appRole(t, super, superURL)
+	common.PostgresURL = appRole(t, super, common.PostgresURL)
+	common.AdminKey = adminKey
 
-	b := &bundle{t: t, super: super, topics: schema.Topics{Prefix: "ferry."},
-		keyA: "fry_test_acme_" + t.Name(), keyB: "fry_test_globex_" + t.Name()}
-	common := config.Common{
-		KafkaBrokers: []string{brokers}, TopicPrefix: "ferry.", TopicPartitions: 3,
-		PostgresURL: appURL, PostgresMaxConns: 8, AdminKey: adminKey, ShutdownTimeout: 5 * time.Second,
-	}
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	deps, err := service.Open(ctx, common, log, audit.Needs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b.deps = deps
-	for tenant, key := range map[string]string{"acme": b.keyA, "globex": b.keyB} {
-		if err := auth.EnsureTenant(ctx, deps.Postgres, tenant, tenant, key); err != nil {
-			t.Fatal(err)
-		}
-	}
+	b := &bundle{t: t, super: super, topics: schema.Topics{Prefix: "ferry."}, deps: testenv.Open(t, common, audit.Needs)}
+	b.keyA, b.keyB = testenv.Tenant(t, b.deps.Postgres, "acme"), testenv.Tenant(t, b.deps.Postgres, "globex")
 	cfg.Now = func() time.Time { return time.Now().Add(time.Duration(b.offset.Load())) }
-	b.svc, err = audit.New(deps, cfg)
+	b.svc, err = audit.New(b.deps, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	router := httpx.NewRouter("audit", deps.Checks(), nil)
-	b.svc.Routes(router)
-	b.srv = httptest.NewServer(router)
-	t.Cleanup(func() {
-		b.srv.Close()
-		if b.stop != nil {
-			b.stop()
-		}
-		deps.Close()
-	})
+	b.srv = testenv.Serve(t, b.deps, "audit", b.svc)
 	return b
 }
 
@@ -143,18 +115,10 @@ func appRole(t *testing.T, super *pgxpool.Pool, superURL string) string {
 	return u.String()
 }
 
-// start runs the service (projection and maintenance) until b.stop.
+// start runs the service (projection and maintenance) until b.stop or the
+// end of the test.
 func (b *bundle) start() {
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- b.svc.Run(ctx) }()
-	b.stop = func() {
-		cancel()
-		if err := <-done; err != nil {
-			b.t.Errorf("run: %v", err)
-		}
-		b.stop = nil
-	}
+	b.stop = testenv.Run(b.t, b.svc)
 }
 
 // rec builds a lifecycle record of data with a chosen ce_time.
@@ -211,29 +175,11 @@ func (b *bundle) waitRows(n int) {
 	}
 }
 
-type resp struct {
-	status int
-	body   map[string]any
-	raw    []byte
-	header http.Header
-}
+type resp = testenv.Response
 
 func (b *bundle) get(key, path string, hdr ...string) resp {
 	b.t.Helper()
-	req, _ := http.NewRequest(http.MethodGet, b.srv.URL+path, nil)
-	req.Header.Set("Authorization", "Bearer "+key)
-	for i := 0; i+1 < len(hdr); i += 2 {
-		req.Header.Set(hdr[i], hdr[i+1])
-	}
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		b.t.Fatal(err)
-	}
-	defer res.Body.Close()
-	raw, _ := io.ReadAll(res.Body)
-	r := resp{status: res.StatusCode, raw: raw, header: res.Header}
-	_ = json.Unmarshal(raw, &r.body)
-	return r
+	return testenv.Call(b.t, b.srv.URL, key, http.MethodGet, path, nil, hdr...)
 }
 
 type event struct {
@@ -265,15 +211,18 @@ func (b *bundle) list(key, q string, limit int) []event {
 			path += "&cursor=" + url.QueryEscape(cursor)
 		}
 		r := b.get(key, path)
-		if r.status != http.StatusOK {
-			b.t.Fatalf("GET %s: %d %s", path, r.status, r.raw)
+		if r.Status != http.StatusOK {
+			b.t.Fatalf("GET %s: %d %s", path, r.Status, r.Raw)
 		}
 		var page struct {
 			Events     []event `json:"events"`
 			NextCursor string  `json:"next_cursor"`
 		}
-		if err := json.Unmarshal(r.raw, &page); err != nil {
+		if err := json.Unmarshal(r.Raw, &page); err != nil {
 			b.t.Fatal(err)
+		}
+		if _, present := r.Body["next_cursor"]; !present || page.Events == nil {
+			b.t.Fatalf("GET %s: events or next_cursor missing: %s", path, r.Raw)
 		}
 		if len(page.Events) > limit {
 			b.t.Fatalf("page of %d events exceeds limit %d", len(page.Events), limit)
@@ -303,11 +252,11 @@ type verifyReport struct {
 func (b *bundle) verify(key string, hdr ...string) verifyReport {
 	b.t.Helper()
 	r := b.get(key, "/v1/audit/verify", hdr...)
-	if r.status != http.StatusOK {
-		b.t.Fatalf("verify: %d %s", r.status, r.raw)
+	if r.Status != http.StatusOK {
+		b.t.Fatalf("verify: %d %s", r.Status, r.Raw)
 	}
 	var rep verifyReport
-	if err := json.Unmarshal(r.raw, &rep); err != nil {
+	if err := json.Unmarshal(r.Raw, &rep); err != nil {
 		b.t.Fatal(err)
 	}
 	return rep
@@ -430,8 +379,18 @@ func TestProjectionExactlyOnceOrderedAndIsolated(t *testing.T) {
 		t.Errorf("from/to: %+v", evs)
 	}
 	for _, q := range []string{"type=bogus", "from=yesterday", "limit=0", "limit=5000", "cursor=%21%21"} {
-		if r := b.get(b.keyA, "/v1/audit/events?"+q); r.status != http.StatusBadRequest {
-			t.Errorf("%s: status %d %s", q, r.status, r.raw)
+		if r := b.get(b.keyA, "/v1/audit/events?"+q); r.Status != http.StatusBadRequest {
+			t.Errorf("%s: status %d %s", q, r.Status, r.Raw)
+		}
+	}
+	// Pagination parameters answer as on every list route.
+	for q, code := range map[string]string{"limit=0": "invalid_parameter", "limit=5000": "invalid_parameter", "limit=x": "invalid_parameter",
+		"cursor=%21%21": "invalid_cursor", "cursor=e30": "invalid_cursor"} {
+		r := b.get(b.keyA, "/v1/audit/events?"+q)
+		e, _ := r.Body["error"].(map[string]any)
+		fields, _ := e["fields"].(map[string]any)
+		if r.Status != http.StatusBadRequest || r.ErrorCode() != code || (code == "invalid_parameter" && fields["limit"] == nil) {
+			t.Errorf("%s: %d %s", q, r.Status, r.Raw)
 		}
 	}
 
@@ -444,8 +403,8 @@ func TestProjectionExactlyOnceOrderedAndIsolated(t *testing.T) {
 			t.Fatalf("globex sees %+v", e)
 		}
 	}
-	if r := b.get("fry_nope", "/v1/audit/events"); r.status != http.StatusUnauthorized {
-		t.Errorf("unknown key: %d", r.status)
+	if r := b.get("fry_nope", "/v1/audit/events"); r.Status != http.StatusUnauthorized {
+		t.Errorf("unknown key: %d", r.Status)
 	}
 
 	// Verify: each tenant its own chains, the admin all of them.
@@ -576,10 +535,10 @@ func TestExport(t *testing.T) {
 	want := idsOf(recs)
 
 	r := b.get(b.keyA, "/v1/audit/export?format=ndjson&job_id=job_e")
-	if r.status != http.StatusOK || !strings.HasPrefix(r.header.Get("Content-Type"), "application/x-ndjson") {
-		t.Fatalf("ndjson: %d %v %s", r.status, r.header, r.raw)
+	if r.Status != http.StatusOK || !strings.HasPrefix(r.Header.Get("Content-Type"), "application/x-ndjson") {
+		t.Fatalf("ndjson: %d %v %s", r.Status, r.Header, r.Raw)
 	}
-	sc := bufio.NewScanner(bytes.NewReader(r.raw))
+	sc := bufio.NewScanner(bytes.NewReader(r.Raw))
 	var lines []event
 	for sc.Scan() {
 		var e event
@@ -598,18 +557,18 @@ func TestExport(t *testing.T) {
 	}
 	// The whole tenant, across several keyset batches.
 	r = b.get(b.keyA, "/v1/audit/export")
-	if n := bytes.Count(r.raw, []byte("\n")); n != 2*len(recs) {
+	if n := bytes.Count(r.Raw, []byte("\n")); n != 2*len(recs) {
 		t.Errorf("full ndjson export: %d lines, want %d", n, 2*len(recs))
 	}
-	if bytes.Contains(r.raw, []byte("globex")) {
+	if bytes.Contains(r.Raw, []byte("globex")) {
 		t.Error("acme's export contains globex rows")
 	}
 
 	r = b.get(b.keyA, "/v1/audit/export?format=csv&job_id=job_e")
-	if r.status != http.StatusOK || !strings.HasPrefix(r.header.Get("Content-Type"), "text/csv") {
-		t.Fatalf("csv: %d %v", r.status, r.header)
+	if r.Status != http.StatusOK || !strings.HasPrefix(r.Header.Get("Content-Type"), "text/csv") {
+		t.Fatalf("csv: %d %v", r.Status, r.Header)
 	}
-	rows, err := csv.NewReader(bytes.NewReader(r.raw)).ReadAll()
+	rows, err := csv.NewReader(bytes.NewReader(r.Raw)).ReadAll()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -627,11 +586,11 @@ func TestExport(t *testing.T) {
 	if rows[1][3] != "enqueued" || rows[1][7] != "key_acme" {
 		t.Errorf("csv first row: %v", rows[1])
 	}
-	if r := b.get(b.keyA, "/v1/audit/export?format=xml"); r.status != http.StatusBadRequest {
-		t.Errorf("format=xml: %d", r.status)
+	if r := b.get(b.keyA, "/v1/audit/export?format=xml"); r.Status != http.StatusBadRequest {
+		t.Errorf("format=xml: %d", r.Status)
 	}
-	if r := b.get(adminKey, "/v1/audit/export"); r.status != http.StatusBadRequest {
-		t.Errorf("admin without tenant: %d", r.status)
+	if r := b.get(adminKey, "/v1/audit/export"); r.Status != http.StatusBadRequest {
+		t.Errorf("admin without tenant: %d", r.Status)
 	}
 }
 

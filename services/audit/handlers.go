@@ -58,41 +58,38 @@ func (s *Service) handleEvents(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteError(w, r, err)
 		return
 	}
-	q := r.URL.Query()
-	limit := s.cfg.PageLimit
-	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > s.cfg.MaxPageLimit {
-			httpx.WriteError(w, r, badParam("limit", "limit must be an integer between 1 and %d", s.cfg.MaxPageLimit))
-			return
-		}
-		limit = n
+	limit, err := httpx.ParseLimit(r, s.cfg.PageLimit, s.cfg.MaxPageLimit)
+	if err != nil {
+		httpx.WriteError(w, r, err)
+		return
 	}
-	var after *store.Cursor
-	if v := q.Get("cursor"); v != "" {
-		c, err := store.ParseCursor(v)
-		if err != nil {
-			httpx.WriteError(w, r, httpx.Errorf(http.StatusBadRequest, "invalid_cursor", "cursor is not one this API returned"))
-			return
-		}
-		after = &c
+	after, err := cursorParam(r)
+	if err != nil {
+		httpx.WriteError(w, r, err)
+		return
 	}
 	events, next, err := s.store.List(r.Context(), f, after, limit)
 	if err != nil {
 		httpx.WriteError(w, r, err)
 		return
 	}
-	if events == nil {
-		events = []store.Event{}
-	}
-	out := struct {
-		Events     []store.Event `json:"events"`
-		NextCursor string        `json:"next_cursor"`
-	}{Events: events}
+	cursor := ""
 	if next != nil {
-		out.NextCursor = next.String()
+		cursor = httpx.Keyset{T: next.Occurred, ID: next.EventID}.String()
 	}
-	httpx.WriteJSON(w, http.StatusOK, out)
+	httpx.WriteList(w, "events", events, cursor)
+}
+
+// cursorParam reads the cursor parameter: nil for the first page.
+func cursorParam(r *http.Request) (*store.Cursor, error) {
+	k, err := httpx.KeysetParam(r)
+	if err != nil || k == nil {
+		return nil, err
+	}
+	if k.T.IsZero() {
+		return nil, httpx.ErrInvalidCursor
+	}
+	return &store.Cursor{Occurred: k.T, EventID: k.ID}, nil
 }
 
 // csvHeader is the column order of a CSV export.

@@ -1,12 +1,9 @@
 package dlq_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -19,9 +16,6 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/ferryhq/ferry/events/schema"
-	"github.com/ferryhq/ferry/platform/auth"
-	"github.com/ferryhq/ferry/platform/config"
-	"github.com/ferryhq/ferry/platform/httpx"
 	"github.com/ferryhq/ferry/platform/kafkax"
 	"github.com/ferryhq/ferry/platform/service"
 	"github.com/ferryhq/ferry/platform/testenv"
@@ -47,83 +41,29 @@ type bundle struct {
 
 func setup(t *testing.T, cfg dlq.Config) *bundle {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	b := &bundle{brokers: testenv.Kafka(t), keyA: "fry_test_acme_" + t.Name(), keyB: "fry_test_globex_" + t.Name()}
-	common := config.Common{
-		KafkaBrokers: []string{b.brokers}, TopicPrefix: "ferry.", TopicPartitions: 3,
-		PostgresURL: testenv.Postgres(t), PostgresMaxConns: 8, ShutdownTimeout: 5 * time.Second,
-	}
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	deps, err := service.Open(ctx, common, log, dlq.Needs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b.deps = deps
-	for tenant, key := range map[string]string{"acme": b.keyA, "globex": b.keyB} {
-		if err := auth.EnsureTenant(ctx, deps.Postgres, tenant, tenant, key); err != nil {
-			t.Fatal(err)
-		}
-	}
+	c := testenv.Common(t, dlq.Needs)
+	b := &bundle{brokers: c.KafkaBrokers[0], deps: testenv.Open(t, c, dlq.Needs)}
+	b.keyA, b.keyB = testenv.Tenant(t, b.deps.Postgres, "acme"), testenv.Tenant(t, b.deps.Postgres, "globex")
 	prod, err := kafkax.NewClient(kafkax.Config{Brokers: []string{b.brokers}, ClientID: "test-scheduler"})
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(prod.Close)
 	b.prod = prod
-	svc, err := dlq.New(deps, cfg)
+	svc, err := dlq.New(b.deps, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	router := httpx.NewRouter("dlq", deps.Checks(), nil)
-	svc.Routes(router)
-	b.srv = httptest.NewServer(router)
-	done := make(chan error, 1)
-	go func() { done <- svc.Run(ctx) }()
-	t.Cleanup(func() {
-		b.srv.Close()
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("run: %v", err)
-		}
-		prod.Close()
-		deps.Close()
-	})
+	b.srv = testenv.Serve(t, b.deps, "dlq", svc)
+	testenv.Run(t, svc)
 	return b
 }
 
-type resp struct {
-	status int
-	body   map[string]any
-	raw    []byte
-}
+type resp = testenv.Response
 
 func (b *bundle) do(t *testing.T, key, method, path string, body any) resp {
 	t.Helper()
-	var rd io.Reader
-	switch v := body.(type) {
-	case nil:
-	case string:
-		rd = strings.NewReader(v)
-	default:
-		j, _ := json.Marshal(v)
-		rd = bytes.NewReader(j)
-	}
-	req, _ := http.NewRequest(method, b.srv.URL+path, rd)
-	req.Header.Set("Authorization", "Bearer "+key)
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer res.Body.Close()
-	raw, _ := io.ReadAll(res.Body)
-	r := resp{status: res.StatusCode, raw: raw}
-	_ = json.Unmarshal(raw, &r.body)
-	return r
-}
-
-func errCode(r resp) string {
-	e, _ := r.body["error"].(map[string]any)
-	c, _ := e["code"].(string)
-	return c
+	return testenv.Call(t, b.srv.URL, key, method, path, body)
 }
 
 func eventually(t *testing.T, f func() error) {
@@ -184,10 +124,10 @@ func (b *bundle) projected(t *testing.T, key string, n int) {
 	t.Helper()
 	eventually(t, func() error {
 		r := b.do(t, key, "GET", "/v1/dlq?limit=500", nil)
-		if r.status != 200 {
-			return fmt.Errorf("list: %d %s", r.status, r.raw)
+		if r.Status != 200 {
+			return fmt.Errorf("list: %d %s", r.Status, r.Raw)
 		}
-		if got := len(r.body["entries"].([]any)); got != n {
+		if got := len(r.Body["entries"].([]any)); got != n {
 			return fmt.Errorf("dlq lists %d entries, want %d", got, n)
 		}
 		return nil
@@ -252,17 +192,17 @@ func TestEntryHoldsTheFullStoryAndDuplicatesMakeOne(t *testing.T) {
 	b.projected(t, b.keyA, 1)
 
 	r := b.do(t, b.keyA, "GET", "/v1/dlq/job_a1", nil)
-	if r.status != 200 {
-		t.Fatalf("%d %s", r.status, r.raw)
+	if r.Status != 200 {
+		t.Fatalf("%d %s", r.Status, r.Raw)
 	}
 	var e dlq.Entry
-	if err := json.Unmarshal(r.raw, &e); err != nil {
+	if err := json.Unmarshal(r.Raw, &e); err != nil {
 		t.Fatal(err)
 	}
 	if e.ID != "job_a1" || e.TenantID != "acme" || e.Type != "email.send" || e.Queue != "mail" || e.Attempt != 3 ||
 		e.Error.Class != schema.ClassAppError || e.Error.Message != "SMTP 421 try later" || !e.DeadAt.Equal(base) ||
 		!e.CreatedAt.Equal(base.Add(-time.Hour)) || e.Suppressed || e.Redrive != nil {
-		t.Fatalf("entry: %s", r.raw)
+		t.Fatalf("entry: %s", r.Raw)
 	}
 	if string(e.Job.Payload) != `{"to":"a@example.com","n":1}` || e.Job.Priority != 3 || e.Job.MaxAttempts != 3 ||
 		e.Job.Timeout.D() != 30*time.Second || len(e.Job.Tags) != 1 {
@@ -292,11 +232,11 @@ func TestListFiltersAndPagination(t *testing.T) {
 
 	ids := func(r resp) []string {
 		t.Helper()
-		if r.status != 200 {
-			t.Fatalf("%d %s", r.status, r.raw)
+		if r.Status != 200 {
+			t.Fatalf("%d %s", r.Status, r.Raw)
 		}
 		var out []string
-		for _, e := range r.body["entries"].([]any) {
+		for _, e := range r.Body["entries"].([]any) {
 			out = append(out, e.(map[string]any)["id"].(string))
 		}
 		return out
@@ -327,7 +267,10 @@ func TestListFiltersAndPagination(t *testing.T) {
 	for pages := 0; ; pages++ {
 		r := b.do(t, b.keyA, "GET", path, nil)
 		all = append(all, ids(r)...)
-		next, _ := r.body["next_cursor"].(string)
+		next, present := r.Body["next_cursor"].(string)
+		if !present {
+			t.Fatalf("next_cursor missing: %s", r.Raw)
+		}
 		if next == "" {
 			if pages != 2 {
 				t.Errorf("%d pages, want 3", pages+1)
@@ -341,14 +284,24 @@ func TestListFiltersAndPagination(t *testing.T) {
 	}
 	// Filters and cursor combine.
 	r := b.do(t, b.keyA, "GET", "/v1/dlq?type=report.build&limit=3", nil)
-	r2 := b.do(t, b.keyA, "GET", "/v1/dlq?type=report.build&limit=3&cursor="+url.QueryEscape(r.body["next_cursor"].(string)), nil)
+	r2 := b.do(t, b.keyA, "GET", "/v1/dlq?type=report.build&limit=3&cursor="+url.QueryEscape(r.Body["next_cursor"].(string)), nil)
 	if got := strings.Join(append(ids(r), ids(r2)...), ","); got != "job_l09,job_l06,job_l03,job_l00" {
 		t.Errorf("filtered pages: %s", got)
 	}
 
 	for _, q := range []string{"class=bogus", "limit=0", "limit=x", "from=yesterday", "cursor=bm90LWEtY3Vyc29y", "from=2031-03-02T00:00:00Z&to=2031-03-01T00:00:00Z"} {
-		if r := b.do(t, b.keyA, "GET", "/v1/dlq?"+q, nil); r.status != 400 || errCode(r) == "" {
-			t.Errorf("%s: %d %s", q, r.status, r.raw)
+		if r := b.do(t, b.keyA, "GET", "/v1/dlq?"+q, nil); r.Status != 400 || r.ErrorCode() == "" {
+			t.Errorf("%s: %d %s", q, r.Status, r.Raw)
+		}
+	}
+	// Pagination parameters answer as on every list route.
+	for q, code := range map[string]string{"limit=0": "invalid_parameter", "limit=501": "invalid_parameter", "limit=x": "invalid_parameter",
+		"cursor=bm90LWEtY3Vyc29y": "invalid_cursor", "cursor=e30": "invalid_cursor"} {
+		r := b.do(t, b.keyA, "GET", "/v1/dlq?"+q, nil)
+		e, _ := r.Body["error"].(map[string]any)
+		fields, _ := e["fields"].(map[string]any)
+		if r.Status != 400 || r.ErrorCode() != code || (code == "invalid_parameter" && fields["limit"] == nil) {
+			t.Errorf("%s: %d %s", q, r.Status, r.Raw)
 		}
 	}
 }
@@ -362,19 +315,19 @@ func TestRedriveProducesEnqueuedAndIsIdempotent(t *testing.T) {
 	b.projected(t, b.keyA, 1)
 
 	r := b.do(t, b.keyA, "POST", "/v1/dlq/job_r1/redrive", `{"payload":{"to":"fixed@example.com"},"max_attempts":2}`)
-	if r.status != http.StatusAccepted {
-		t.Fatalf("%d %s", r.status, r.raw)
+	if r.Status != http.StatusAccepted {
+		t.Fatalf("%d %s", r.Status, r.Raw)
 	}
-	job := r.body["job"].(map[string]any)
+	job := r.Body["job"].(map[string]any)
 	newID := job["id"].(string)
 	if !strings.HasPrefix(newID, "job_") || newID == "job_r1" || job["status"] != "queued" || job["redriven_from"] != "job_r1" ||
-		job["attempt"] != 1.0 || job["max_attempts"] != 2.0 || job["deduplicated"] != false || r.body["deduplicated"] != false {
-		t.Fatalf("job: %s", r.raw)
+		job["attempt"] != 1.0 || job["max_attempts"] != 2.0 || job["deduplicated"] != false || r.Body["deduplicated"] != false {
+		t.Fatalf("job: %s", r.Raw)
 	}
-	entry := r.body["entry"].(map[string]any)
+	entry := r.Body["entry"].(map[string]any)
 	rd, _ := entry["redrive"].(map[string]any)
 	if rd == nil || rd["job_id"] != newID || rd["state"] != "done" || !strings.HasPrefix(rd["by"].(string), "key_") || rd["at"] == nil {
-		t.Fatalf("entry after re-drive: %s", r.raw)
+		t.Fatalf("entry after re-drive: %s", r.Raw)
 	}
 
 	evs := b.redrives(t, "job_r1", 1, 300*time.Millisecond)
@@ -393,15 +346,15 @@ func TestRedriveProducesEnqueuedAndIsIdempotent(t *testing.T) {
 
 	// Twice: the first re-drive's job, 200, deduplicated.
 	r = b.do(t, b.keyA, "POST", "/v1/dlq/job_r1/redrive", nil)
-	if r.status != 200 || r.body["deduplicated"] != true || r.body["job"].(map[string]any)["id"] != newID ||
-		r.body["job"].(map[string]any)["deduplicated"] != true || r.body["job"].(map[string]any)["max_attempts"] != 2.0 {
-		t.Fatalf("second re-drive: %d %s", r.status, r.raw)
+	if r.Status != 200 || r.Body["deduplicated"] != true || r.Body["job"].(map[string]any)["id"] != newID ||
+		r.Body["job"].(map[string]any)["deduplicated"] != true || r.Body["job"].(map[string]any)["max_attempts"] != 2.0 {
+		t.Fatalf("second re-drive: %d %s", r.Status, r.Raw)
 	}
 	// The projection sees the enqueued event and confirms the re-drive.
 	eventually(t, func() error {
 		r := b.do(t, b.keyA, "GET", "/v1/dlq/job_r1", nil)
-		if rd := r.body["redrive"].(map[string]any); rd["confirmed_at"] == nil {
-			return fmt.Errorf("re-drive not confirmed: %s", r.raw)
+		if rd := r.Body["redrive"].(map[string]any); rd["confirmed_at"] == nil {
+			return fmt.Errorf("re-drive not confirmed: %s", r.Raw)
 		}
 		return nil
 	})
@@ -413,12 +366,12 @@ func TestRedriveProducesEnqueuedAndIsIdempotent(t *testing.T) {
 	for body, code := range map[string]string{
 		`{"max_attempts":0}`: "validation_failed", `{"nope":1}`: "unknown_field", `{"payload":`: "invalid_json",
 	} {
-		if r := b.do(t, b.keyA, "POST", "/v1/dlq/job_r1/redrive", body); errCode(r) != code {
-			t.Errorf("%s: %d %s", body, r.status, r.raw)
+		if r := b.do(t, b.keyA, "POST", "/v1/dlq/job_r1/redrive", body); r.ErrorCode() != code {
+			t.Errorf("%s: %d %s", body, r.Status, r.Raw)
 		}
 	}
-	if r := b.do(t, b.keyA, "POST", "/v1/dlq/job_nope/redrive", nil); r.status != 404 || errCode(r) != "dlq_entry_not_found" {
-		t.Errorf("missing entry: %d %s", r.status, r.raw)
+	if r := b.do(t, b.keyA, "POST", "/v1/dlq/job_nope/redrive", nil); r.Status != 404 || r.ErrorCode() != "dlq_entry_not_found" {
+		t.Errorf("missing entry: %d %s", r.Status, r.Raw)
 	}
 }
 
@@ -439,17 +392,17 @@ func TestConcurrentRedrivesMakeOneJob(t *testing.T) {
 	wg.Wait()
 	created, ids := 0, map[string]bool{}
 	for _, r := range out {
-		switch r.status {
+		switch r.Status {
 		case http.StatusAccepted:
 			created++
 		case http.StatusOK:
-			if r.body["deduplicated"] != true {
-				t.Errorf("200 without deduplicated: %s", r.raw)
+			if r.Body["deduplicated"] != true {
+				t.Errorf("200 without deduplicated: %s", r.Raw)
 			}
 		default:
-			t.Fatalf("%d %s", r.status, r.raw)
+			t.Fatalf("%d %s", r.Status, r.Raw)
 		}
-		ids[r.body["job"].(map[string]any)["id"].(string)] = true
+		ids[r.Body["job"].(map[string]any)["id"].(string)] = true
 	}
 	if created != 1 || len(ids) != 1 {
 		t.Fatalf("%d created, job ids %v", created, ids)
@@ -474,47 +427,47 @@ func TestBulkRedriveDryRunMatchesRealRun(t *testing.T) {
 	b.projected(t, b.keyA, 30)
 
 	for _, id := range []string{"job_b03", "job_b04"} {
-		if r := b.do(t, b.keyA, "POST", "/v1/dlq/"+id+"/suppress", nil); r.status != 200 || r.body["suppressed"] != true {
-			t.Fatalf("suppress: %d %s", r.status, r.raw)
+		if r := b.do(t, b.keyA, "POST", "/v1/dlq/"+id+"/suppress", nil); r.Status != 200 || r.Body["suppressed"] != true {
+			t.Fatalf("suppress: %d %s", r.Status, r.Raw)
 		}
 	}
-	if r := b.do(t, b.keyA, "POST", "/v1/dlq/job_b05/redrive", nil); r.status != 202 {
-		t.Fatalf("single: %d %s", r.status, r.raw)
+	if r := b.do(t, b.keyA, "POST", "/v1/dlq/job_b05/redrive", nil); r.Status != 202 {
+		t.Fatalf("single: %d %s", r.Status, r.Raw)
 	}
 	// A suppressed entry may still be re-driven on its own.
-	if r := b.do(t, b.keyA, "POST", "/v1/dlq/job_b04/redrive", nil); r.status != 202 {
-		t.Fatalf("single re-drive of a suppressed entry: %d %s", r.status, r.raw)
+	if r := b.do(t, b.keyA, "POST", "/v1/dlq/job_b04/redrive", nil); r.Status != 202 {
+		t.Fatalf("single re-drive of a suppressed entry: %d %s", r.Status, r.Raw)
 	}
 
 	filter := map[string]any{"type": "report.build", "q": "502"}
 	dry := b.do(t, b.keyA, "POST", "/v1/dlq/redrive", map[string]any{"filter": filter, "dry_run": true})
-	if dry.status != 200 || dry.body["count"] != 22.0 || len(dry.body["sample"].([]any)) != 10 {
-		t.Fatalf("dry run: %d %s", dry.status, dry.raw)
+	if dry.Status != 200 || dry.Body["count"] != 22.0 || len(dry.Body["sample"].([]any)) != 10 {
+		t.Fatalf("dry run: %d %s", dry.Status, dry.Raw)
 	}
-	for _, s := range dry.body["sample"].([]any) {
+	for _, s := range dry.Body["sample"].([]any) {
 		if id := s.(map[string]any)["id"]; id == "job_b03" || id == "job_b04" || id == "job_b05" {
 			t.Errorf("sample holds excluded entry %s", id)
 		}
 	}
 	// Nothing was re-driven by the dry run.
-	if again := b.do(t, b.keyA, "POST", "/v1/dlq/redrive", map[string]any{"filter": filter, "dry_run": true}); again.body["count"] != 22.0 {
-		t.Fatalf("second dry run: %s", again.raw)
+	if again := b.do(t, b.keyA, "POST", "/v1/dlq/redrive", map[string]any{"filter": filter, "dry_run": true}); again.Body["count"] != 22.0 {
+		t.Fatalf("second dry run: %s", again.Raw)
 	}
 
 	// A bounded run says what remains.
 	part := b.do(t, b.keyA, "POST", "/v1/dlq/redrive", map[string]any{"filter": filter, "limit": 9})
-	if part.status != 200 || part.body["redriven"] != 9.0 || part.body["remaining"] != 13.0 || part.body["failed"] != 0.0 {
-		t.Fatalf("bounded run: %d %s", part.status, part.raw)
+	if part.Status != 200 || part.Body["redriven"] != 9.0 || part.Body["remaining"] != 13.0 || part.Body["failed"] != 0.0 {
+		t.Fatalf("bounded run: %d %s", part.Status, part.Raw)
 	}
 	rest := b.do(t, b.keyA, "POST", "/v1/dlq/redrive", map[string]any{"filter": filter})
-	if rest.status != 200 || rest.body["redriven"] != 13.0 || rest.body["remaining"] != 0.0 {
-		t.Fatalf("real run: %d %s", rest.status, rest.raw)
+	if rest.Status != 200 || rest.Body["redriven"] != 13.0 || rest.Body["remaining"] != 0.0 {
+		t.Fatalf("real run: %d %s", rest.Status, rest.Raw)
 	}
-	if got := part.body["redriven"].(float64) + rest.body["redriven"].(float64); got != dry.body["count"] {
-		t.Fatalf("dry run counted %v, real runs re-drove %v", dry.body["count"], got)
+	if got := part.Body["redriven"].(float64) + rest.Body["redriven"].(float64); got != dry.Body["count"] {
+		t.Fatalf("dry run counted %v, real runs re-drove %v", dry.Body["count"], got)
 	}
-	if r := b.do(t, b.keyA, "POST", "/v1/dlq/redrive", map[string]any{"filter": filter, "dry_run": true}); r.body["count"] != 0.0 {
-		t.Fatalf("after the run: %s", r.raw)
+	if r := b.do(t, b.keyA, "POST", "/v1/dlq/redrive", map[string]any{"filter": filter, "dry_run": true}); r.Body["count"] != 0.0 {
+		t.Fatalf("after the run: %s", r.Raw)
 	}
 
 	all := b.redrives(t, "", 24, 500*time.Millisecond)
@@ -532,15 +485,15 @@ func TestBulkRedriveDryRunMatchesRealRun(t *testing.T) {
 		t.Fatalf("%d re-drives: %v", len(all), seen)
 	}
 	// The suppressed entry is still there, marked.
-	if r := b.do(t, b.keyA, "GET", "/v1/dlq/job_b03", nil); r.status != 200 || r.body["suppressed"] != true || r.body["redrive"] != nil {
-		t.Fatalf("suppressed entry: %s", r.raw)
+	if r := b.do(t, b.keyA, "GET", "/v1/dlq/job_b03", nil); r.Status != 200 || r.Body["suppressed"] != true || r.Body["redrive"] != nil {
+		t.Fatalf("suppressed entry: %s", r.Raw)
 	}
 	// Globex's matching entry was untouched.
-	if r := b.do(t, b.keyB, "POST", "/v1/dlq/redrive", map[string]any{"filter": filter, "dry_run": true}); r.body["count"] != 1.0 {
-		t.Fatalf("globex: %s", r.raw)
+	if r := b.do(t, b.keyB, "POST", "/v1/dlq/redrive", map[string]any{"filter": filter, "dry_run": true}); r.Body["count"] != 1.0 {
+		t.Fatalf("globex: %s", r.Raw)
 	}
-	if r := b.do(t, b.keyA, "POST", "/v1/dlq/redrive", map[string]any{"filter": map[string]any{"class": "nope"}}); r.status != 400 {
-		t.Fatalf("bad filter: %d %s", r.status, r.raw)
+	if r := b.do(t, b.keyA, "POST", "/v1/dlq/redrive", map[string]any{"filter": map[string]any{"class": "nope"}}); r.Status != 400 {
+		t.Fatalf("bad filter: %d %s", r.Status, r.Raw)
 	}
 }
 
@@ -551,26 +504,26 @@ func TestSuppressAndPurge(t *testing.T) {
 	b.projected(t, b.keyA, 1)
 
 	r := b.do(t, b.keyA, "POST", "/v1/dlq/job_p1/suppress", nil)
-	if r.status != 200 || r.body["suppressed"] != true || !strings.HasPrefix(r.body["suppressed_by"].(string), "key_") {
-		t.Fatalf("suppress: %d %s", r.status, r.raw)
+	if r.Status != 200 || r.Body["suppressed"] != true || !strings.HasPrefix(r.Body["suppressed_by"].(string), "key_") {
+		t.Fatalf("suppress: %d %s", r.Status, r.Raw)
 	}
-	if r := b.do(t, b.keyA, "DELETE", "/v1/dlq/job_p1/suppress", nil); r.status != 200 || r.body["suppressed"] != false {
-		t.Fatalf("unsuppress: %d %s", r.status, r.raw)
+	if r := b.do(t, b.keyA, "DELETE", "/v1/dlq/job_p1/suppress", nil); r.Status != 200 || r.Body["suppressed"] != false {
+		t.Fatalf("unsuppress: %d %s", r.Status, r.Raw)
 	}
-	if r := b.do(t, b.keyA, "DELETE", "/v1/dlq/job_p1", nil); r.status != http.StatusNoContent {
-		t.Fatalf("purge: %d %s", r.status, r.raw)
+	if r := b.do(t, b.keyA, "DELETE", "/v1/dlq/job_p1", nil); r.Status != http.StatusNoContent {
+		t.Fatalf("purge: %d %s", r.Status, r.Raw)
 	}
-	if r := b.do(t, b.keyA, "GET", "/v1/dlq/job_p1", nil); r.status != 404 {
-		t.Fatalf("after purge: %d %s", r.status, r.raw)
+	if r := b.do(t, b.keyA, "GET", "/v1/dlq/job_p1", nil); r.Status != 404 {
+		t.Fatalf("after purge: %d %s", r.Status, r.Raw)
 	}
-	if r := b.do(t, b.keyA, "DELETE", "/v1/dlq/job_p1", nil); r.status != 404 {
-		t.Fatalf("purge twice: %d %s", r.status, r.raw)
+	if r := b.do(t, b.keyA, "DELETE", "/v1/dlq/job_p1", nil); r.Status != 404 {
+		t.Fatalf("purge twice: %d %s", r.Status, r.Raw)
 	}
 	// A late duplicate of the purged job's dlq event does not bring it back.
 	b.produce(t, d, dead("acme", "job_p2", 1, "x", "default", schema.ClassPermanent, "boom", base))
 	b.projected(t, b.keyA, 1)
-	if r := b.do(t, b.keyA, "GET", "/v1/dlq/job_p1", nil); r.status != 404 {
-		t.Fatalf("purged entry came back: %d %s", r.status, r.raw)
+	if r := b.do(t, b.keyA, "GET", "/v1/dlq/job_p1", nil); r.Status != 404 {
+		t.Fatalf("purged entry came back: %d %s", r.Status, r.Raw)
 	}
 }
 
@@ -582,21 +535,21 @@ func TestTenantIsolation(t *testing.T) {
 		{"GET", "/v1/dlq/job_t1"}, {"POST", "/v1/dlq/job_t1/redrive"}, {"POST", "/v1/dlq/job_t1/suppress"},
 		{"DELETE", "/v1/dlq/job_t1/suppress"}, {"DELETE", "/v1/dlq/job_t1"},
 	} {
-		if r := b.do(t, b.keyB, c.method, c.path, nil); r.status != 404 || errCode(r) != "dlq_entry_not_found" {
-			t.Errorf("globex %s %s: %d %s", c.method, c.path, r.status, r.raw)
+		if r := b.do(t, b.keyB, c.method, c.path, nil); r.Status != 404 || r.ErrorCode() != "dlq_entry_not_found" {
+			t.Errorf("globex %s %s: %d %s", c.method, c.path, r.Status, r.Raw)
 		}
 	}
-	if r := b.do(t, b.keyB, "GET", "/v1/dlq", nil); r.status != 200 || len(r.body["entries"].([]any)) != 0 {
-		t.Errorf("globex list: %s", r.raw)
+	if r := b.do(t, b.keyB, "GET", "/v1/dlq", nil); r.Status != 200 || len(r.Body["entries"].([]any)) != 0 {
+		t.Errorf("globex list: %s", r.Raw)
 	}
-	if r := b.do(t, b.keyB, "POST", "/v1/dlq/redrive", `{"filter":{}}`); r.body["redriven"] != 0.0 {
-		t.Errorf("globex bulk: %s", r.raw)
+	if r := b.do(t, b.keyB, "POST", "/v1/dlq/redrive", `{"filter":{}}`); r.Body["redriven"] != 0.0 {
+		t.Errorf("globex bulk: %s", r.Raw)
 	}
-	if r := b.do(t, b.keyA, "GET", "/v1/dlq/job_t1", nil); r.status != 200 || r.body["redrive"] != nil || r.body["suppressed"] != false {
-		t.Errorf("acme's entry was touched: %s", r.raw)
+	if r := b.do(t, b.keyA, "GET", "/v1/dlq/job_t1", nil); r.Status != 200 || r.Body["redrive"] != nil || r.Body["suppressed"] != false {
+		t.Errorf("acme's entry was touched: %s", r.Raw)
 	}
-	if r := b.do(t, "fry_wrong", "GET", "/v1/dlq", nil); r.status != 401 {
-		t.Errorf("bad key: %d", r.status)
+	if r := b.do(t, "fry_wrong", "GET", "/v1/dlq", nil); r.Status != 401 {
+		t.Errorf("bad key: %d", r.Status)
 	}
 }
 
@@ -611,7 +564,7 @@ func TestRetentionDeletesOldEntries(t *testing.T) {
 	eventually(t, func() error {
 		r := b.do(t, b.keyA, "GET", "/v1/dlq", nil)
 		var got []string
-		for _, e := range r.body["entries"].([]any) {
+		for _, e := range r.Body["entries"].([]any) {
 			got = append(got, e.(map[string]any)["id"].(string))
 		}
 		if strings.Join(got, ",") != "job_marker,job_new" {
@@ -638,16 +591,12 @@ func TestFailedProduceReleasesTheClaimAndKeepsTheJobID(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	router := httpx.NewRouter("dlq", nil, nil)
-	svc.Routes(router)
-	srv := httptest.NewServer(router)
-	defer srv.Close()
 	badBundle := *b
-	badBundle.srv = srv
+	badBundle.srv = testenv.Serve(t, &bad, "dlq", svc)
 
 	r := badBundle.do(t, b.keyA, "POST", "/v1/dlq/job_f1/redrive", nil)
-	if r.status != http.StatusServiceUnavailable || errCode(r) != "unavailable" {
-		t.Fatalf("%d %s", r.status, r.raw)
+	if r.Status != http.StatusServiceUnavailable || r.ErrorCode() != "unavailable" {
+		t.Fatalf("%d %s", r.Status, r.Raw)
 	}
 	var reserved, state string
 	if err := b.deps.Postgres.QueryRow(context.Background(),
@@ -657,15 +606,15 @@ func TestFailedProduceReleasesTheClaimAndKeepsTheJobID(t *testing.T) {
 	if state != "released" {
 		t.Fatalf("claim state %q after a failed produce", state)
 	}
-	if r := b.do(t, b.keyA, "GET", "/v1/dlq/job_f1", nil); r.body["redrive"] != nil {
-		t.Fatalf("released re-drive shown: %s", r.raw)
+	if r := b.do(t, b.keyA, "GET", "/v1/dlq/job_f1", nil); r.Body["redrive"] != nil {
+		t.Fatalf("released re-drive shown: %s", r.Raw)
 	}
-	if r := b.do(t, b.keyA, "POST", "/v1/dlq/redrive", map[string]any{"filter": map[string]any{}, "dry_run": true}); r.body["count"] != 1.0 {
-		t.Fatalf("released entry not re-drivable in bulk: %s", r.raw)
+	if r := b.do(t, b.keyA, "POST", "/v1/dlq/redrive", map[string]any{"filter": map[string]any{}, "dry_run": true}); r.Body["count"] != 1.0 {
+		t.Fatalf("released entry not re-drivable in bulk: %s", r.Raw)
 	}
 	// The retry succeeds with the job id the failed attempt reserved.
 	r = b.do(t, b.keyA, "POST", "/v1/dlq/job_f1/redrive", nil)
-	if r.status != http.StatusAccepted || r.body["job"].(map[string]any)["id"] != reserved {
-		t.Fatalf("retry: %d %s (reserved %s)", r.status, r.raw, reserved)
+	if r.Status != http.StatusAccepted || r.Body["job"].(map[string]any)["id"] != reserved {
+		t.Fatalf("retry: %d %s (reserved %s)", r.Status, r.Raw, reserved)
 	}
 }

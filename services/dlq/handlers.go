@@ -3,13 +3,11 @@ package dlq
 import (
 	"bytes"
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -87,26 +85,6 @@ func invalid(bad map[string]string) error {
 	return e
 }
 
-// cursor is the opaque list cursor: base64url of {"t": dead_at, "id": id}.
-type cursor struct {
-	T  time.Time `json:"t"`
-	ID string    `json:"id"`
-}
-
-func encodeCursor(e store.Entry) string {
-	b, _ := json.Marshal(cursor{T: e.DeadAt, ID: e.JobID})
-	return base64.RawURLEncoding.EncodeToString(b)
-}
-
-func decodeCursor(s string) (*store.Cursor, bool) {
-	b, err := base64.RawURLEncoding.DecodeString(s)
-	var c cursor
-	if err != nil || json.Unmarshal(b, &c) != nil || c.ID == "" {
-		return nil, false
-	}
-	return &store.Cursor{DeadAt: c.T, JobID: c.ID}, true
-}
-
 // ---- routes ----
 
 func (s *Service) handleList(w http.ResponseWriter, r *http.Request) {
@@ -125,43 +103,35 @@ func (s *Service) handleList(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	f := fj.validate(bad)
-	limit := defaultListLimit
-	if l := q.Get("limit"); l != "" {
-		n, err := strconv.Atoi(l)
-		if err != nil || n < 1 || n > maxListLimit {
-			bad["limit"] = fmt.Sprintf("must be an integer from 1 to %d", maxListLimit)
-		}
-		limit = n
-	}
-	var after *store.Cursor
-	if c := q.Get("cursor"); c != "" {
-		var ok bool
-		if after, ok = decodeCursor(c); !ok {
-			httpx.WriteError(w, r, httpx.Errorf(http.StatusBadRequest, "invalid_cursor", "cursor is not one this API returned"))
-			return
-		}
-	}
 	if err := invalid(bad); err != nil {
 		httpx.WriteError(w, r, err)
 		return
 	}
-	rows, err := s.store.List(r.Context(), p.TenantID, f, after, limit+1)
+	limit, err := httpx.ParseLimit(r, defaultListLimit, maxListLimit)
 	if err != nil {
 		httpx.WriteError(w, r, err)
 		return
 	}
-	resp := struct {
-		Entries    []Entry `json:"entries"`
-		NextCursor string  `json:"next_cursor,omitempty"`
-	}{Entries: make([]Entry, 0, min(len(rows), limit))}
-	for i, e := range rows {
-		if i == limit {
-			resp.NextCursor = encodeCursor(rows[limit-1])
-			break
-		}
-		resp.Entries = append(resp.Entries, entryFromStore(e))
+	after, err := httpx.KeysetParam(r)
+	if err != nil {
+		httpx.WriteError(w, r, err)
+		return
 	}
-	httpx.WriteJSON(w, http.StatusOK, resp)
+	var pos *store.Cursor
+	if after != nil {
+		pos = &store.Cursor{DeadAt: after.T, JobID: after.ID}
+	}
+	rows, err := s.store.List(r.Context(), p.TenantID, f, pos, limit+1)
+	if err != nil {
+		httpx.WriteError(w, r, err)
+		return
+	}
+	rows, next := httpx.TrimPage(rows, limit, func(e store.Entry) string { return httpx.Keyset{T: e.DeadAt, ID: e.JobID}.String() })
+	entries := make([]Entry, 0, len(rows))
+	for _, e := range rows {
+		entries = append(entries, entryFromStore(e))
+	}
+	httpx.WriteList(w, "entries", entries, next)
 }
 
 func (s *Service) handleGet(w http.ResponseWriter, r *http.Request) {

@@ -5,8 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -20,9 +18,6 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/ferryhq/ferry/events/schema"
-	"github.com/ferryhq/ferry/platform/auth"
-	"github.com/ferryhq/ferry/platform/config"
-	"github.com/ferryhq/ferry/platform/httpx"
 	"github.com/ferryhq/ferry/platform/kafkax"
 	"github.com/ferryhq/ferry/platform/service"
 	"github.com/ferryhq/ferry/platform/testenv"
@@ -51,47 +46,30 @@ type bundle struct {
 // behind a real HTTP server. listen, if not nil, wraps the server's listener.
 func setup(t *testing.T, cfg Config, listen func(net.Listener) net.Listener) *bundle {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	common := config.Common{
-		KafkaBrokers: []string{testenv.Kafka(t)}, TopicPrefix: "ferry.", TopicPartitions: 3,
-		PostgresURL: testenv.Postgres(t), PostgresMaxConns: 8, ShutdownTimeout: 5 * time.Second,
-	}
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	deps, err := service.Open(ctx, common, log, Needs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := &bundle{deps: deps, keyA: "fry_test_acme_" + t.Name(), keyB: "fry_test_globex_" + t.Name()}
-	for tenant, key := range map[string]string{"acme": b.keyA, "globex": b.keyB} {
-		if err := auth.EnsureTenant(ctx, deps.Postgres, tenant, tenant, key); err != nil {
-			t.Fatal(err)
-		}
-	}
+	b := &bundle{deps: testenv.Deps(t, Needs)}
+	b.keyA, b.keyB = testenv.Tenant(t, b.deps.Postgres, "acme"), testenv.Tenant(t, b.deps.Postgres, "globex")
 	if cfg.JobGrace == 0 {
 		cfg.JobGrace = 3 * time.Second
 	}
-	b.svc, err = New(deps, cfg)
+	var err error
+	b.svc, err = New(b.deps, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	router := httpx.NewRouter("sse-bridge", deps.Checks(), nil)
-	b.svc.Routes(router)
-	b.srv = httptest.NewUnstartedServer(router)
+	testenv.Run(t, b.svc)
+	// The streams' base context ends first when the test ends, so open
+	// streams finish before the server closes.
+	ctx, cancel := context.WithCancel(context.Background())
+	b.srv = httptest.NewUnstartedServer(testenv.Router(b.deps, "sse-bridge", b.svc))
 	if listen != nil {
 		b.srv.Listener = listen(b.srv.Listener)
 	}
 	b.srv.Config.BaseContext = func(net.Listener) context.Context { return ctx }
 	b.srv.Start()
-	done := make(chan error, 1)
-	go func() { done <- b.svc.Run(ctx) }()
 	t.Cleanup(func() {
-		cancel() // ends the streams (their base context) and the loops
+		cancel()
 		b.srv.CloseClientConnections()
 		b.srv.Close()
-		if err := <-done; err != nil {
-			t.Errorf("run: %v", err)
-		}
-		deps.Close()
 	})
 	return b
 }

@@ -245,40 +245,39 @@ func (s *Service) handleGet(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func limitParam(r *http.Request) (int, *httpx.Error) {
-	v := r.URL.Query().Get("limit")
-	if v == "" {
-		return defaultLimit, nil
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n < 1 || n > maxLimit {
-		return 0, httpx.Errorf(http.StatusBadRequest, "invalid_limit", "limit must be an integer from 1 to %d", maxLimit)
-	}
-	return n, nil
+// deliveryCursor is the position in a delivery log, sent as an opaque httpx
+// cursor. The endpoint list pages by httpx.Keyset.
+type deliveryCursor struct {
+	Seq int64 `json:"seq"`
 }
 
 func (s *Service) handleList(w http.ResponseWriter, r *http.Request) {
-	limit, herr := limitParam(r)
-	if herr != nil {
-		httpx.WriteError(w, r, herr)
-		return
-	}
-	eps, err := s.store.Endpoints(r.Context(), tenantOf(r), r.URL.Query().Get("cursor"), limit+1)
+	limit, err := httpx.ParseLimit(r, defaultLimit, maxLimit)
 	if err != nil {
 		httpx.WriteError(w, r, err)
 		return
 	}
-	next := ""
-	if len(eps) > limit {
-		eps = eps[:limit]
-		next = eps[limit-1].ID
+	after, err := httpx.KeysetParam(r)
+	if err != nil {
+		httpx.WriteError(w, r, err)
+		return
 	}
+	afterID := ""
+	if after != nil {
+		afterID = after.ID
+	}
+	eps, err := s.store.Endpoints(r.Context(), tenantOf(r), afterID, limit+1)
+	if err != nil {
+		httpx.WriteError(w, r, err)
+		return
+	}
+	eps, next := httpx.TrimPage(eps, limit, func(e store.Endpoint) string { return httpx.Keyset{ID: e.ID}.String() })
 	out := make([]Endpoint, 0, len(eps))
 	now := time.Now()
 	for _, e := range eps {
 		out = append(out, endpointJSON(e, now))
 	}
-	httpx.WriteJSON(w, http.StatusOK, map[string]any{"webhooks": out, "next_cursor": next})
+	httpx.WriteList(w, "webhooks", out, next)
 }
 
 func (s *Service) handleDelete(w http.ResponseWriter, r *http.Request) {
@@ -322,30 +321,22 @@ func (s *Service) handleDeliveries(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	limit, herr := limitParam(r)
-	if herr != nil {
-		httpx.WriteError(w, r, herr)
-		return
-	}
-	var cursor int64
-	if c := r.URL.Query().Get("cursor"); c != "" {
-		n, err := strconv.ParseInt(c, 10, 64)
-		if err != nil || n < 1 {
-			httpx.WriteError(w, r, httpx.Errorf(http.StatusBadRequest, "invalid_cursor", "cursor is not one this API returned"))
-			return
-		}
-		cursor = n
-	}
-	ds, err := s.store.Deliveries(r.Context(), e.TenantID, e.ID, cursor, limit+1)
+	limit, err := httpx.ParseLimit(r, defaultLimit, maxLimit)
 	if err != nil {
 		httpx.WriteError(w, r, err)
 		return
 	}
-	next := ""
-	if len(ds) > limit {
-		ds = ds[:limit]
-		next = strconv.FormatInt(ds[limit-1].Seq, 10)
+	var after deliveryCursor
+	if ok, err := httpx.CursorParam(r, &after); err != nil || (ok && after.Seq < 1) {
+		httpx.WriteError(w, r, httpx.ErrInvalidCursor)
+		return
 	}
+	ds, err := s.store.Deliveries(r.Context(), e.TenantID, e.ID, after.Seq, limit+1)
+	if err != nil {
+		httpx.WriteError(w, r, err)
+		return
+	}
+	ds, next := httpx.TrimPage(ds, limit, func(d store.Delivery) string { return httpx.EncodeCursor(deliveryCursor{Seq: d.Seq}) })
 	out := make([]Delivery, 0, len(ds))
 	for _, d := range ds {
 		item := Delivery{
@@ -360,7 +351,7 @@ func (s *Service) handleDeliveries(w http.ResponseWriter, r *http.Request) {
 		}
 		out = append(out, item)
 	}
-	httpx.WriteJSON(w, http.StatusOK, map[string]any{"deliveries": out, "next_cursor": next})
+	httpx.WriteList(w, "deliveries", out, next)
 }
 
 func (s *Service) handleEnable(w http.ResponseWriter, r *http.Request) {

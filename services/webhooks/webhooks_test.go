@@ -8,11 +8,12 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -21,9 +22,6 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/ferryhq/ferry/events/schema"
-	"github.com/ferryhq/ferry/platform/auth"
-	"github.com/ferryhq/ferry/platform/config"
-	"github.com/ferryhq/ferry/platform/httpx"
 	"github.com/ferryhq/ferry/platform/kafkax"
 	"github.com/ferryhq/ferry/platform/service"
 	"github.com/ferryhq/ferry/platform/testenv"
@@ -48,26 +46,12 @@ type opts struct {
 
 func setup(t *testing.T, o opts) *bundle {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	b := &bundle{keyA: "fry_test_acme_" + t.Name(), keyB: "fry_test_globex_" + t.Name()}
-	common := config.Common{
-		KafkaBrokers: []string{testenv.Kafka(t)}, TopicPrefix: "ferry.", TopicPartitions: 3,
-		PostgresURL: testenv.Postgres(t), PostgresMaxConns: 8, ShutdownTimeout: 5 * time.Second,
-	}
+	common := testenv.Common(t, webhooks.Needs)
 	if !o.noAllow {
 		common.OutboundAllow = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
 	}
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	deps, err := service.Open(ctx, common, log, webhooks.Needs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b.deps = deps
-	for tenant, key := range map[string]string{"acme": b.keyA, "globex": b.keyB} {
-		if err := auth.EnsureTenant(ctx, deps.Postgres, tenant, tenant, key); err != nil {
-			t.Fatal(err)
-		}
-	}
+	b := &bundle{deps: testenv.Open(t, common, webhooks.Needs)}
+	b.keyA, b.keyB = testenv.Tenant(t, b.deps.Postgres, "acme"), testenv.Tenant(t, b.deps.Postgres, "globex")
 	cfg := o.cfg
 	cfg.SecretKey = make([]byte, 32)
 	_, _ = rand.Read(cfg.SecretKey)
@@ -77,68 +61,33 @@ func setup(t *testing.T, o opts) *bundle {
 	cfg.Jitter = -1
 	cfg.Poll = 20 * time.Millisecond
 	cfg.CacheRefresh = 100 * time.Millisecond
-	svc, err := webhooks.New(deps, cfg)
+	svc, err := webhooks.New(b.deps, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	router := httpx.NewRouter("webhooks", deps.Checks(), nil)
-	svc.Routes(router)
-	b.srv = httptest.NewServer(router)
-	done := make(chan error, 1)
-	go func() { done <- svc.Run(ctx) }()
-	t.Cleanup(func() {
-		b.srv.Close()
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("run: %v", err)
-		}
-		deps.Close()
-	})
+	b.srv = testenv.Serve(t, b.deps, "webhooks", svc)
+	testenv.Run(t, svc)
 	return b
 }
 
-type resp struct {
-	status int
-	body   map[string]any
-}
+type resp = testenv.Response
 
 func (b *bundle) do(t *testing.T, key, method, path string, body any) resp {
 	t.Helper()
-	var rd io.Reader
-	if body != nil {
-		j, _ := json.Marshal(body)
-		rd = bytes.NewReader(j)
-	}
-	req, _ := http.NewRequest(method, b.srv.URL+path, rd)
-	req.Header.Set("Authorization", "Bearer "+key)
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer res.Body.Close()
-	raw, _ := io.ReadAll(res.Body)
-	r := resp{status: res.StatusCode}
-	_ = json.Unmarshal(raw, &r.body)
-	return r
-}
-
-func errCode(r resp) string {
-	e, _ := r.body["error"].(map[string]any)
-	c, _ := e["code"].(string)
-	return c
+	return testenv.Call(t, b.srv.URL, key, method, path, body)
 }
 
 // register creates an endpoint and returns its id and secret.
 func (b *bundle) register(t *testing.T, key string, body map[string]any) (id, secret string) {
 	t.Helper()
 	r := b.do(t, key, "POST", "/v1/webhooks", body)
-	if r.status != http.StatusCreated {
-		t.Fatalf("register: %d %v", r.status, r.body)
+	if r.Status != http.StatusCreated {
+		t.Fatalf("register: %d %v", r.Status, r.Body)
 	}
-	id, _ = r.body["id"].(string)
-	secret, _ = r.body["secret"].(string)
+	id, _ = r.Body["id"].(string)
+	secret, _ = r.Body["secret"].(string)
 	if id == "" || !strings.HasPrefix(secret, "whsec_") {
-		t.Fatalf("register answered %v", r.body)
+		t.Fatalf("register answered %v", r.Body)
 	}
 	return id, secret
 }
@@ -288,7 +237,7 @@ func TestSignedDeliveryAndEventTypeFilter(t *testing.T) {
 	deadline := time.Now().Add(wait)
 	for {
 		r := b.do(t, b.keyA, "GET", "/v1/webhooks/"+id+"/deliveries", nil)
-		ds, _ := r.body["deliveries"].([]any)
+		ds, _ := r.Body["deliveries"].([]any)
 		if len(ds) == 1 {
 			d = ds[0].(map[string]any)
 			if d["status"] == "delivered" {
@@ -296,7 +245,7 @@ func TestSignedDeliveryAndEventTypeFilter(t *testing.T) {
 			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("deliveries: %v", r.body)
+			t.Fatalf("deliveries: %v", r.Body)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -320,8 +269,8 @@ func TestSignedDeliveryAndEventTypeFilter(t *testing.T) {
 		t.Fatalf("secret found in table (%d, %v)", n, err)
 	}
 	// GET and list never show it.
-	if r := b.do(t, b.keyA, "GET", "/v1/webhooks/"+id, nil); r.status != 200 || r.body["secret"] != nil || r.body["status"] != "active" {
-		t.Errorf("get: %d %v", r.status, r.body)
+	if r := b.do(t, b.keyA, "GET", "/v1/webhooks/"+id, nil); r.Status != 200 || r.Body["secret"] != nil || r.Body["status"] != "active" {
+		t.Errorf("get: %d %v", r.Status, r.Body)
 	}
 }
 
@@ -353,7 +302,7 @@ func TestRetryKeepsWebhookID(t *testing.T) {
 	deadline := time.Now().Add(wait)
 	for {
 		r := b.do(t, b.keyA, "GET", "/v1/webhooks/"+id+"/deliveries", nil)
-		ds, _ := r.body["deliveries"].([]any)
+		ds, _ := r.Body["deliveries"].([]any)
 		if len(ds) == 1 {
 			d := ds[0].(map[string]any)
 			if d["status"] == "delivered" && d["attempts"] == float64(4) {
@@ -361,7 +310,7 @@ func TestRetryKeepsWebhookID(t *testing.T) {
 			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("deliveries: %v", r.body)
+			t.Fatalf("deliveries: %v", r.Body)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -379,19 +328,19 @@ func TestPrivateURLRefusedUnlessAllowlisted(t *testing.T) {
 		for _, u := range []string{"http://127.0.0.1:8080/x", "https://10.1.2.3/x", "http://169.254.169.254/latest/meta-data",
 			"http://[::1]/x", "http://localhost:9/x", "http://192.168.1.1/"} {
 			r := b.do(t, b.keyA, "POST", "/v1/webhooks", map[string]any{"url": u})
-			if r.status != http.StatusUnprocessableEntity || errCode(r) != "url_not_allowed" {
-				t.Errorf("%s: %d %v", u, r.status, r.body)
+			if r.Status != http.StatusUnprocessableEntity || r.ErrorCode() != "url_not_allowed" {
+				t.Errorf("%s: %d %v", u, r.Status, r.Body)
 			}
 		}
 		for _, u := range []string{"ftp://example.com/", "not a url", "", "http:///nohost"} {
 			r := b.do(t, b.keyA, "POST", "/v1/webhooks", map[string]any{"url": u})
-			if r.status != http.StatusUnprocessableEntity || errCode(r) != "invalid_url" {
-				t.Errorf("%q: %d %v", u, r.status, r.body)
+			if r.Status != http.StatusUnprocessableEntity || r.ErrorCode() != "invalid_url" {
+				t.Errorf("%q: %d %v", u, r.Status, r.Body)
 			}
 		}
 		r := b.do(t, b.keyA, "POST", "/v1/webhooks", map[string]any{"url": "https://93.184.215.14/x", "event_types": []string{"nope"}})
-		if r.status != http.StatusUnprocessableEntity || errCode(r) != "validation_failed" {
-			t.Errorf("bad event type: %d %v", r.status, r.body)
+		if r.Status != http.StatusUnprocessableEntity || r.ErrorCode() != "validation_failed" {
+			t.Errorf("bad event type: %d %v", r.Status, r.Body)
 		}
 		// A public literal address is accepted.
 		b.register(t, b.keyA, map[string]any{"url": "https://93.184.215.14/x"})
@@ -401,8 +350,8 @@ func TestPrivateURLRefusedUnlessAllowlisted(t *testing.T) {
 		b := setup(t, opts{})
 		b.register(t, b.keyA, map[string]any{"url": "http://127.0.0.1:8080/x"})
 		r := b.do(t, b.keyA, "POST", "/v1/webhooks", map[string]any{"url": "https://10.1.2.3/x"})
-		if r.status != http.StatusUnprocessableEntity || errCode(r) != "url_not_allowed" {
-			t.Errorf("10.1.2.3 outside the allowlist: %d %v", r.status, r.body)
+		if r.Status != http.StatusUnprocessableEntity || r.ErrorCode() != "url_not_allowed" {
+			t.Errorf("10.1.2.3 outside the allowlist: %d %v", r.Status, r.Body)
 		}
 	})
 }
@@ -451,15 +400,15 @@ func TestTenantIsolation(t *testing.T) {
 		{"GET", "/v1/webhooks/" + id}, {"GET", "/v1/webhooks/" + id + "/deliveries"},
 		{"POST", "/v1/webhooks/" + id + "/rotate-secret"}, {"DELETE", "/v1/webhooks/" + id},
 	} {
-		if r := b.do(t, b.keyB, c.method, c.path, nil); r.status != http.StatusNotFound {
-			t.Errorf("globex %s %s: %d %v", c.method, c.path, r.status, r.body)
+		if r := b.do(t, b.keyB, c.method, c.path, nil); r.Status != http.StatusNotFound {
+			t.Errorf("globex %s %s: %d %v", c.method, c.path, r.Status, r.Body)
 		}
 	}
-	if r := b.do(t, b.keyB, "GET", "/v1/webhooks", nil); len(r.body["webhooks"].([]any)) != 0 {
-		t.Errorf("globex list: %v", r.body)
+	if r := b.do(t, b.keyB, "GET", "/v1/webhooks", nil); len(r.Body["webhooks"].([]any)) != 0 {
+		t.Errorf("globex list: %v", r.Body)
 	}
-	if r := b.do(t, b.keyA, "GET", "/v1/webhooks", nil); len(r.body["webhooks"].([]any)) != 1 {
-		t.Errorf("acme list: %v", r.body)
+	if r := b.do(t, b.keyA, "GET", "/v1/webhooks", nil); len(r.Body["webhooks"].([]any)) != 1 {
+		t.Errorf("acme list: %v", r.Body)
 	}
 	// globex's events never reach acme's endpoint.
 	b.emit(t, completed("globex", "job-g"))
@@ -472,11 +421,11 @@ func TestTenantIsolation(t *testing.T) {
 	}
 	rc.none(t, 500*time.Millisecond)
 	// acme deletes it: gone for acme too.
-	if r := b.do(t, b.keyA, "DELETE", "/v1/webhooks/"+id, nil); r.status != http.StatusNoContent {
-		t.Fatalf("delete: %d", r.status)
+	if r := b.do(t, b.keyA, "DELETE", "/v1/webhooks/"+id, nil); r.Status != http.StatusNoContent {
+		t.Fatalf("delete: %d", r.Status)
 	}
-	if r := b.do(t, b.keyA, "GET", "/v1/webhooks/"+id, nil); r.status != http.StatusNotFound {
-		t.Fatalf("get after delete: %d", r.status)
+	if r := b.do(t, b.keyA, "GET", "/v1/webhooks/"+id, nil); r.Status != http.StatusNotFound {
+		t.Fatalf("get after delete: %d", r.Status)
 	}
 }
 
@@ -486,9 +435,9 @@ func TestRotateSecretSignsWithBoth(t *testing.T) {
 	rc := newReceiver(t, nil)
 	id, oldSecret := b.register(t, b.keyA, map[string]any{"url": rc.URL})
 	r := b.do(t, b.keyA, "POST", "/v1/webhooks/"+id+"/rotate-secret", nil)
-	newSecret, _ := r.body["secret"].(string)
-	if r.status != http.StatusOK || !strings.HasPrefix(newSecret, "whsec_") || newSecret == oldSecret || r.body["previous_secret_expires_at"] == nil {
-		t.Fatalf("rotate: %d %v", r.status, r.body)
+	newSecret, _ := r.Body["secret"].(string)
+	if r.Status != http.StatusOK || !strings.HasPrefix(newSecret, "whsec_") || newSecret == oldSecret || r.Body["previous_secret_expires_at"] == nil {
+		t.Fatalf("rotate: %d %v", r.Status, r.Body)
 	}
 	b.emit(t, completed("acme", "job-rot"))
 	got := rc.next(t, wait)
@@ -510,14 +459,14 @@ func TestGoneDisablesEndpoint(t *testing.T) {
 	deadline := time.Now().Add(wait)
 	for {
 		r := b.do(t, b.keyA, "GET", "/v1/webhooks/"+id, nil)
-		if r.body["status"] == "disabled" {
-			if !strings.Contains(r.body["disabled_reason"].(string), "410") {
-				t.Errorf("reason: %v", r.body["disabled_reason"])
+		if r.Body["status"] == "disabled" {
+			if !strings.Contains(r.Body["disabled_reason"].(string), "410") {
+				t.Errorf("reason: %v", r.Body["disabled_reason"])
 			}
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("not disabled: %v", r.body)
+			t.Fatalf("not disabled: %v", r.Body)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -525,8 +474,8 @@ func TestGoneDisablesEndpoint(t *testing.T) {
 	rc.none(t, 500*time.Millisecond)
 
 	// Re-enabled, it receives new events again.
-	if r := b.do(t, b.keyA, "POST", "/v1/webhooks/"+id+"/enable", nil); r.status != 200 || r.body["status"] != "active" {
-		t.Fatalf("enable: %d %v", r.status, r.body)
+	if r := b.do(t, b.keyA, "POST", "/v1/webhooks/"+id+"/enable", nil); r.Status != 200 || r.Body["status"] != "active" {
+		t.Fatalf("enable: %d %v", r.Status, r.Body)
 	}
 	b.emit(t, completed("acme", "job-3"))
 	got := rc.next(t, wait)
@@ -553,4 +502,82 @@ func TestQueueAndTypeFilter(t *testing.T) {
 		t.Fatalf("got %s", got.body)
 	}
 	rc.none(t, 500*time.Millisecond)
+}
+
+// pages follows next_cursor from path (which holds a limit) to the last
+// page and returns the ids of key's items, in order.
+func (b *bundle) pages(t *testing.T, key, path, items string) (ids []string, pages int) {
+	t.Helper()
+	next := ""
+	for pages = 1; ; pages++ {
+		p := path
+		if next != "" {
+			p += "&cursor=" + url.QueryEscape(next)
+		}
+		r := b.do(t, key, "GET", p, nil)
+		list, ok := r.Body[items].([]any)
+		cur, present := r.Body["next_cursor"].(string)
+		if r.Status != http.StatusOK || !ok || !present {
+			t.Fatalf("GET %s: %d %s", p, r.Status, r.Raw)
+		}
+		for _, it := range list {
+			ids = append(ids, it.(map[string]any)["id"].(string))
+		}
+		if cur == "" {
+			return ids, pages
+		}
+		if pages > 100 {
+			t.Fatal("pagination does not end")
+		}
+		next = cur
+	}
+}
+
+func TestListsPaginate(t *testing.T) {
+	t.Parallel()
+	b := setup(t, opts{})
+	rc := newReceiver(t, nil)
+	var want []string
+	for range 5 {
+		id, _ := b.register(t, b.keyA, map[string]any{"url": rc.URL})
+		want = append(want, id)
+	}
+	b.register(t, b.keyB, map[string]any{"url": rc.URL})
+	got, pages := b.pages(t, b.keyA, "/v1/webhooks?limit=2", "webhooks")
+	if strings.Join(got, ",") != strings.Join(want, ",") || pages != 3 {
+		t.Fatalf("webhooks in %d pages: %v, want %v", pages, got, want)
+	}
+
+	// Deliveries of one endpoint: newest first, no gaps or repeats.
+	for i := range 3 {
+		b.emit(t, completed("acme", fmt.Sprintf("job-p%d", i)))
+	}
+	deadline := time.Now().Add(wait)
+	var deliveries []string
+	for {
+		deliveries, pages = b.pages(t, b.keyA, "/v1/webhooks/"+want[0]+"/deliveries?limit=2", "deliveries")
+		if len(deliveries) == 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("deliveries: %v", deliveries)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if pages != 2 || deliveries[0] == deliveries[1] || deliveries[1] == deliveries[2] || deliveries[0] == deliveries[2] {
+		t.Fatalf("deliveries in %d pages: %v", pages, deliveries)
+	}
+
+	// Pagination parameters answer as on every list route.
+	for _, path := range []string{"/v1/webhooks", "/v1/webhooks/" + want[0] + "/deliveries"} {
+		for q, code := range map[string]string{"limit=0": "invalid_parameter", "limit=201": "invalid_parameter", "limit=x": "invalid_parameter",
+			"cursor=" + want[1]: "invalid_cursor", "cursor=12": "invalid_cursor", "cursor=e30": "invalid_cursor"} {
+			r := b.do(t, b.keyA, "GET", path+"?"+q, nil)
+			e, _ := r.Body["error"].(map[string]any)
+			fields, _ := e["fields"].(map[string]any)
+			if r.Status != http.StatusBadRequest || r.ErrorCode() != code || (code == "invalid_parameter" && fields["limit"] == nil) {
+				t.Errorf("%s?%s: %d %s", path, q, r.Status, r.Raw)
+			}
+		}
+	}
 }

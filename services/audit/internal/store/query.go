@@ -2,12 +2,9 @@ package store
 
 import (
 	"context"
-	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
 
@@ -46,28 +43,6 @@ type Filter struct {
 type Cursor struct {
 	Occurred time.Time
 	EventID  string
-}
-
-// ErrBadCursor is returned by ParseCursor for a cursor it did not issue.
-var ErrBadCursor = errors.New("invalid cursor")
-
-// String encodes c as an opaque token.
-func (c Cursor) String() string {
-	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(c.Occurred.UnixMicro(), 10) + "|" + c.EventID))
-}
-
-// ParseCursor decodes a token made by Cursor.String.
-func ParseCursor(s string) (Cursor, error) {
-	b, err := base64.RawURLEncoding.DecodeString(s)
-	if err != nil {
-		return Cursor{}, ErrBadCursor
-	}
-	us, id, ok := strings.Cut(string(b), "|")
-	n, err := strconv.ParseInt(us, 10, 64)
-	if !ok || err != nil || id == "" {
-		return Cursor{}, ErrBadCursor
-	}
-	return Cursor{Occurred: time.UnixMicro(n).UTC(), EventID: id}, nil
 }
 
 const eventColumns = `event_id, tenant_id, job_id, type, attempt, occurred_at, recorded_at,

@@ -8,7 +8,6 @@ import (
 	"embed"
 	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	"time"
 
@@ -26,11 +25,7 @@ var migrations embed.FS
 
 // Migrate applies the audit migrations.
 func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
-	sub, err := fs.Sub(migrations, "migrations")
-	if err != nil {
-		return err
-	}
-	return pgstore.Migrate(ctx, pool, "audit", sub)
+	return pgstore.MigrateEmbedded(ctx, pool, "audit", migrations, "migrations")
 }
 
 // Store reads and writes the audit tables.

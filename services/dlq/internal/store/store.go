@@ -10,7 +10,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	"strconv"
 	"strings"
@@ -29,11 +28,7 @@ var migrations embed.FS
 
 // Migrate applies the dlq migrations.
 func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
-	sub, err := fs.Sub(migrations, "migrations")
-	if err != nil {
-		return err
-	}
-	return pgstore.Migrate(ctx, pool, "dlq", sub)
+	return pgstore.MigrateEmbedded(ctx, pool, "dlq", migrations, "migrations")
 }
 
 // ErrNotFound is returned for an entry that does not exist for the tenant.

@@ -11,7 +11,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	"slices"
 	"time"
@@ -37,11 +36,7 @@ const writerLock = 0x5e5e_1065
 
 // Migrate creates the log's tables.
 func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
-	sub, err := fs.Sub(migrations, "migrations")
-	if err != nil {
-		return err
-	}
-	return pgstore.Migrate(ctx, pool, "sse-bridge", sub)
+	return pgstore.MigrateEmbedded(ctx, pool, "sse-bridge", migrations, "migrations")
 }
 
 // Log reads and writes the event log.

@@ -8,7 +8,6 @@ import (
 	"embed"
 	"errors"
 	"fmt"
-	"io/fs"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -22,11 +21,7 @@ var migrations embed.FS
 
 // Migrate creates the service's tables.
 func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
-	sub, err := fs.Sub(migrations, "migrations")
-	if err != nil {
-		return err
-	}
-	return pgstore.Migrate(ctx, pool, "webhooks", sub)
+	return pgstore.MigrateEmbedded(ctx, pool, "webhooks", migrations, "migrations")
 }
 
 // ErrNotFound is returned for an endpoint that does not exist, is deleted
