@@ -198,9 +198,20 @@ func Serve(ctx context.Context, common config.Common, router http.Handler, comps
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return httpx.Serve(gctx, ln, router, common.ShutdownTimeout) })
 	for _, c := range comps {
-		g.Go(func() error { return c.Run(gctx) })
+		g.Go(func() error { return RunComponent(gctx, c) })
 	}
 	return g.Wait()
+}
+
+// RunComponent runs c until ctx is done. A component that gives up with a
+// context error because it was stopped while starting has stopped cleanly,
+// not failed.
+func RunComponent(ctx context.Context, c Component) error {
+	err := c.Run(ctx)
+	if ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
+		return nil
+	}
+	return err
 }
 
 func serviceName(name string, c config.Common) string {

@@ -115,6 +115,9 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	cancels, err := s.newCancelConsumer(ctx)
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped while starting: nothing was taken, nothing to hand back
+		}
 		return err
 	}
 	defer cancels.Close()

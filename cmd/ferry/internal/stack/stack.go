@@ -89,7 +89,7 @@ func Start(ctx context.Context, common config.Common, l *config.Loader, tel *tel
 		g, gctx := errgroup.WithContext(ctx)
 		g.Go(func() error { return httpx.Serve(gctx, ln, router, common.ShutdownTimeout) })
 		for _, c := range comps {
-			g.Go(func() error { return c.Run(gctx) })
+			g.Go(func() error { return service.RunComponent(gctx, c) })
 		}
 		st.err = g.Wait()
 		if errors.Is(st.err, http.ErrServerClosed) {
