@@ -26,7 +26,7 @@ import (
 )
 
 var setupTelemetry = sync.OnceValues(func() (*telemetry.Telemetry, error) {
-	return telemetry.Setup(context.Background(), telemetry.Options{Service: "ferry-e2e", LogOutput: io.Discard})
+	return telemetry.Setup(context.Background(), telemetry.Options{Service: "ferry-e2e", LogOutput: io.Discard, SpanExporter: spans})
 })
 
 // e2e is a whole Ferry stack in this process, on real infrastructure.

@@ -190,12 +190,38 @@ func TestIsolation(t *testing.T) {
 		t.Errorf("A's audit rows: %v", out)
 	}
 
-	// Routes of DESIGN §6 the stack does not serve yet (owned by others).
-	for _, c := range []struct{ method, path string }{{"GET", "/v1/queues"}, {"POST", "/v1/queues/default/pause"}, {"POST", "/v1/queues/default/resume"}} {
-		if code, _ := a.call(c.method, c.path, nil); code == http.StatusNotFound {
-			t.Logf("%s %s is not served yet (404 for the owner too); not tested", c.method, c.path)
-		} else {
-			t.Errorf("%s %s is served now (%d): add it to this test", c.method, c.path, code)
+	// Queues are per tenant: A's pause is not B's, and B's listing shows
+	// none of A's queues.
+	if code, out := a.call("POST", "/v1/queues/alpha-only/pause", nil); code != http.StatusOK || out["paused"] != true {
+		t.Errorf("A pauses a queue: %d %v", code, out)
+	}
+	if code, out := b.call("POST", "/v1/queues/default/pause", nil); code != http.StatusOK || out["paused"] != true {
+		t.Errorf("B pauses its default queue: %d %v", code, out)
+	}
+	pausedOf := func(c *e2e) map[string]bool {
+		code, out := c.call("GET", "/v1/queues", nil)
+		if code != http.StatusOK {
+			t.Errorf("GET /v1/queues: %d %v", code, out)
+		}
+		m := map[string]bool{}
+		for _, q := range out["queues"].([]any) {
+			m[q.(map[string]any)["name"].(string)] = q.(map[string]any)["paused"].(bool)
+		}
+		return m
+	}
+	if qa := pausedOf(a); !qa["alpha-only"] || qa["default"] {
+		t.Errorf("A's queues: %v, want alpha-only paused, default not", qa)
+	}
+	if qb := pausedOf(b); !qb["default"] {
+		t.Errorf("B's queues: %v, want default paused", qb)
+	} else if _, ok := qb["alpha-only"]; ok {
+		t.Errorf("B's queue list shows A's queue alpha-only: %v", qb)
+	}
+	for _, c := range []*e2e{a, b} {
+		for _, q := range []string{"alpha-only", "default"} {
+			if code, _ := c.call("POST", "/v1/queues/"+q+"/resume", nil); code != http.StatusOK {
+				t.Errorf("resume %s: %d", q, code)
+			}
 		}
 	}
 	_, _ = a.call("POST", "/v1/jobs/"+running+"/cancel", nil)

@@ -12,8 +12,9 @@ import (
 	"github.com/ferryhq/ferry/services/scheduler/internal/retry"
 )
 
-// Needs are the connections the scheduler uses.
-var Needs = service.Needs{Redis: true, Kafka: true}
+// Needs are the connections the scheduler uses. Postgres holds the tenants'
+// fair-share settings, the paused queues and the API keys of the queue routes.
+var Needs = service.Needs{Postgres: true, Redis: true, Kafka: true}
 
 // Config configures the scheduler.
 type Config struct {
@@ -54,6 +55,12 @@ type Config struct {
 	// holds its state (busy ones notice at their next script call).
 	// Defaults to 1s.
 	EpochCheck time.Duration
+	// SettingsRefresh is how often the tenants' weights and max_running and
+	// the paused queues are copied from Postgres into Redis. Defaults to 2s.
+	SettingsRefresh time.Duration
+	// DefaultEstimate is the slot-time charged for a job whose (tenant,
+	// type) has no measured run time yet. Defaults to 1s.
+	DefaultEstimate time.Duration
 	// Now is the clock. Defaults to time.Now.
 	Now func() time.Time
 	// Rand returns uniform numbers in [0, 1) for the retry jitter.
@@ -101,6 +108,12 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.EpochCheck <= 0 {
 		c.EpochCheck = time.Second
+	}
+	if c.SettingsRefresh <= 0 {
+		c.SettingsRefresh = 2 * time.Second
+	}
+	if c.DefaultEstimate <= 0 {
+		c.DefaultEstimate = time.Second
 	}
 	if c.Now == nil {
 		c.Now = time.Now

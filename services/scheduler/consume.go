@@ -98,9 +98,11 @@ func (s *Service) process(ctx context.Context, recs []*kgo.Record) error {
 		case schema.Progress:
 			b.Extend(d.JobID, d.DispatchID)
 		case schema.Completed:
+			b.Usage(d.JobID, d.DispatchID, d.StartedAt, d.FinishedAt) // reconciles the fair-share charge
 			b.Complete(d.JobID, d.TenantID, d.DispatchID)
 			countCompleted(ctx, d.TenantID)
 		case schema.Failed:
+			b.Usage(d.JobID, d.DispatchID, d.StartedAt, d.FinishedAt)
 			b.Fail(d.JobID, d.DispatchID, d.Error.Class)
 			failed[[2]string{d.JobID, d.DispatchID}] = d
 		case schema.Cancelled:

@@ -24,6 +24,17 @@
 // dispatch loop per pool, and the atomicity of the scripts alone keeps a job
 // from being handed out twice. No leader is needed.
 //
+// # Fair share and queue controls
+//
+// Which ready job goes next is decided inside the dispatch script: the
+// tenant with the least virtual time (weighted slot-time, estimated per
+// tenant and job type and reconciled on completion) that is under its
+// max_running and has a job in a queue it has not paused, then that
+// tenant's best job by priority and FIFO (internal/qstore/fair.go,
+// docs/tenancy.md). Tenant weights, max_running and paused queues come from
+// Postgres (tenants.go); the scheduler serves GET /v1/queues and the
+// per-tenant pause and resume routes (queues.go).
+//
 // # Latency
 //
 // The consumer wakes the dispatch loops as soon as a batch makes a job

@@ -132,6 +132,12 @@ func (s *Service) rebuildLocked(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// Paused queues and tenant settings come back before dispatch resumes.
+	if s.deps.Postgres != nil {
+		if err := s.syncSettings(ctx); err != nil {
+			return fmt.Errorf("scheduler: rebuild: %w", err)
+		}
+	}
 	if err := s.store.SetEpoch(ctx, schema.NewEventID()); err != nil {
 		return err
 	}

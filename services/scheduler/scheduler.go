@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"sync"
 
-	"github.com/go-chi/chi/v5"
 	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"golang.org/x/sync/errgroup"
@@ -58,10 +57,17 @@ func Build(_ context.Context, deps *service.Deps, l *config.Loader) (service.Com
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	if deps.Postgres != nil {
+		if err := Migrate(context.Background(), deps.Postgres); err != nil {
+			return nil, err
+		}
+	}
 	return New(deps, cfg)
 }
 
 // New returns a scheduler over deps (which must have Redis and Kafka).
+// Without Postgres every tenant has weight 1 and no max_running, and the
+// queue routes are not mounted.
 func New(deps *service.Deps, cfg Config) (*Service, error) {
 	if deps == nil || deps.Redis == nil || deps.Kafka == nil {
 		return nil, errors.New("scheduler: needs Redis and Kafka")
@@ -91,12 +97,9 @@ func New(deps *service.Deps, cfg Config) (*Service, error) {
 }
 
 func newStore(rdb *redis.Client, cfg Config) *qstore.Store {
-	return qstore.New(rdb, qstore.Options{Prefix: cfg.KeyPrefix, Lease: cfg.Lease, TerminalTTL: cfg.TerminalTTL})
+	return qstore.New(rdb, qstore.Options{Prefix: cfg.KeyPrefix, Lease: cfg.Lease, TerminalTTL: cfg.TerminalTTL,
+		DefaultEstimate: cfg.DefaultEstimate})
 }
-
-// Routes mounts nothing yet: the scheduler serves only the ops endpoints
-// (/healthz, /readyz, /metrics) that the platform adds.
-func (s *Service) Routes(chi.Router) {}
 
 // Topics are the topics the scheduler consumes.
 func (s *Service) Topics() []string {
@@ -136,6 +139,7 @@ func (s *Service) Run(ctx context.Context) error {
 	g.Go(func() error { kafkax.WatchLag(gctx, cl, Group, s.Topics(), nil); return nil })
 	g.Go(func() error { return s.consume(gctx, cl) })
 	g.Go(func() error { return s.watchState(gctx) })
+	g.Go(func() error { return s.syncLoop(gctx) }) // fair-share settings (tenants.go)
 	for _, p := range s.cfg.Pools {
 		g.Go(func() error { return s.dispatchLoop(gctx, p) })
 	}

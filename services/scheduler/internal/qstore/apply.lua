@@ -36,9 +36,11 @@ local function make_ready(jk, id, front)
   if not front then score = score + NORMAL end
   redis.call('ZADD', ready_key(f[1]), score, id)
   redis.call('HSET', jk, 'state', 'ready', 'seq', seq, 'did', '')
+  fair_ready(jk, id, score)
 end
 
 local function unindex(jk, id)
+  fair_unindex(jk, id)
   local f = redis.call('HMGET', jk, 'queue', 'pool')
   if f[1] then
     redis.call('ZREM', ready_key(f[1]), id)
@@ -65,7 +67,7 @@ local i = 6
 while i <= #ARGV do
   local op = ARGV[i]
   if op == 'E' then
-    -- E id tenant attempt queue pool prio run_at_ms not_after_ms created ready spec history redriven_from
+    -- E id tenant attempt queue pool prio run_at_ms not_after_ms created ready spec history redriven_from type
     local id, tenant, attempt = ARGV[i + 1], ARGV[i + 2], tonumber(ARGV[i + 3])
     local q, pool, prio, run_at = ARGV[i + 4], ARGV[i + 5], ARGV[i + 6], tonumber(ARGV[i + 7])
     local jk = P .. 'job:' .. id
@@ -76,17 +78,18 @@ while i <= #ARGV do
       redis.call('PERSIST', jk)
       redis.call('HSET', jk, 'tenant', tenant, 'attempt', attempt, 'queue', q, 'pool', pool, 'prio', prio,
         'na', ARGV[i + 8], 'created', ARGV[i + 9], 'ready', ARGV[i + 10], 'spec', ARGV[i + 11],
-        'history', ARGV[i + 12], 'rf', ARGV[i + 13], 'did', '')
+        'history', ARGV[i + 12], 'rf', ARGV[i + 13], 'did', '', 'type', ARGV[i + 14])
       redis.call('SADD', P .. 'pool:' .. pool .. ':queues', q)
       if run_at > now then
         redis.call('ZADD', delayed_key(q), run_at, id)
         redis.call('HSET', jk, 'state', 'delayed')
+        fair_delayed(jk, id, run_at)
       else
         make_ready(jk, id, false)
       end
       out[1] = 1
     end
-    i = i + 14
+    i = i + 15
   elseif op == 'S' then
     -- S id dispatch_id: started/progress extend the current dispatch's lease.
     local jk = P .. 'job:' .. ARGV[i + 1]
@@ -125,6 +128,7 @@ while i <= #ARGV do
     if st and f[2] == did and did ~= '' then
       if st == 'inflight' or st == 'cancelled' then
         redis.call('ZREM', inflight_key(f[3]), id)
+        fair_unrun(jk, id)
         out[1] = 1
         if st == 'cancelled' or class == 'cancelled' then
           terminal(jk, 'cancelled')
@@ -182,6 +186,7 @@ while i <= #ARGV do
     if op == 'H' then match = tonumber(f[2]) == tonumber(ARGV[i + 2]) else match = f[3] == ARGV[i + 2] end
     if f[1] == 'inflight' and match then
       redis.call('ZREM', inflight_key(f[4]), id)
+      fair_unrun(jk, id)
       make_ready(jk, id, true)
       out[1] = 1
     end
@@ -217,6 +222,11 @@ while i <= #ARGV do
     redis.call('ZREM', P .. 'pool:' .. ARGV[i + 1] .. ':outbox', id)
     if redis.call('HGET', jk, 'state') == 'expiring' then terminal(jk, 'dead') end
     i = i + 3
+  elseif op == 'U' then
+    -- U id dispatch_id started_ms finished_ms: the measured run of a
+    -- dispatch (before its C or F): reconcile its slot-time (fair.lua).
+    fair_settle(P .. 'job:' .. ARGV[i + 1], ARGV[i + 2], tonumber(ARGV[i + 3]) or 0, tonumber(ARGV[i + 4]) or 0)
+    i = i + 5
   elseif op == 'T' then
     -- T id attempt traceparent: the trace of the enqueued attempt (after its E).
     local jk = P .. 'job:' .. ARGV[i + 1]

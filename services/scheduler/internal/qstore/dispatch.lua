@@ -1,9 +1,12 @@
 -- dispatch: one scheduling step for one pool, atomically: forget silent
 -- workers, re-queue jobs whose lease expired (worker_lost: same attempt, at
 -- the front of their priority), promote due delayed jobs, then pop up to
--- (live slots + prefetch - in flight) ready jobs across the pool's queues,
--- best priority first then FIFO, and lease them.
+-- (live slots + prefetch - in flight) ready jobs, and lease them: the tenant
+-- with the least virtual time (weighted slot-time) that has ready work in an
+-- unpaused queue and is under its max_running goes first, and its best job
+-- (priority, then FIFO, across its queues of the pool) is popped (fair.lua).
 -- ARGV: prefix pool now_ms lease_ms prefetch max_batch dispatch_id_prefix ttl_s outbox_retry_ms check_epoch
+--       default_estimate_ms
 -- Returns {next_due_ms, next_lease_ms, n_dispatched, n_expired, more,
 --          (trailer: n_dispatched traceparents, expired lease count)
 --          dispatched (8 fields each)..., expired (8 fields each)...}.
@@ -28,6 +31,7 @@ local function make_ready(jk, id, front)
   if not front then score = score + NORMAL end
   redis.call('ZADD', P .. 'q:' .. f[1] .. ':ready', score, id)
   redis.call('HSET', jk, 'state', 'ready', 'seq', seq, 'did', '')
+  fair_ready(jk, id, score)
 end
 
 -- 1. Workers silent past their expiry are gone.
@@ -41,6 +45,7 @@ local lost = 0
 for _, id in ipairs(redis.call('ZRANGEBYSCORE', inflight, '-inf', now, 'LIMIT', 0, 1000)) do
   redis.call('ZREM', inflight, id)
   local jk = P .. 'job:' .. id
+  fair_unrun(jk, id)
   if redis.call('HGET', jk, 'state') == 'inflight' then
     make_ready(jk, id, true)
     lost = lost + 1
@@ -73,25 +78,71 @@ local function expired(jk, id)
   for k = 1, 7 do exp[#exp + 1] = f[k] or '' end
 end
 
--- 5. Pop the best cap jobs across the pool's queues.
+-- 5. Pop up to cap jobs, fairly across tenants (fair.lua): each pick takes
+-- the active tenant with the least virtual time that is under its
+-- max_running and has a ready job in a queue it has not paused, pops that
+-- tenant's best job (priority, then FIFO, across its queues) and charges it
+-- estimate / weight. At most FAIR_SCAN tenants (by virtual time) are
+-- considered per step.
 local popped = 0
 if cap > 0 then
-  local cand = {}
-  for _, q in ipairs(queues) do
-    local r = redis.call('ZRANGE', P .. 'q:' .. q .. ':ready', 0, cap - 1, 'WITHSCORES')
-    for k = 1, #r, 2 do cand[#cand + 1] = {r[k], tonumber(r[k + 1]), q} end
+  local FAIR_SCAN = 512
+  local ak, vk = PP .. ':active', PP .. ':vt'
+  local vnow = tonumber(redis.call('GET', PP .. ':vnow')) or 0
+  local vnow0 = vnow
+  local def_est = tonumber(ARGV[11]) or 1000
+  local ten = {}
+  local act = redis.call('ZRANGE', ak, 0, FAIR_SCAN - 1, 'WITHSCORES')
+  for k = 1, #act, 2 do
+    local t = act[k]
+    local c = redis.call('HMGET', P .. 'tenant:' .. t .. ':cfg', 'w', 'max')
+    local w = tonumber(c[1]) or 1
+    if w <= 0 then w = 1 end
+    local maxr = tonumber(c[2]) or 0
+    local room = cap
+    if maxr > 0 then room = maxr - redis.call('SCARD', P .. 'tenant:' .. t .. ':running') end
+    local pausedk = P .. 'tenant:' .. t .. ':paused'
+    local heads, any = {}, false
+    for _, q in ipairs(redis.call('SMEMBERS', PP .. ':tq:' .. t)) do
+      if redis.call('SISMEMBER', pausedk, q) == 0 then
+        local r = redis.call('ZRANGE', fair_tq(pool, q, t), 0, 0, 'WITHSCORES')
+        if #r > 0 then
+          heads[q] = {r[1], tonumber(r[2])}
+          any = true
+        end
+      end
+    end
+    if any then
+      ten[#ten + 1] = {t = t, vt = tonumber(act[k + 1]), w = w, room = room, heads = heads, dirty = false}
+    else
+      -- No ready job it may run: inactive until a job or a resume
+      -- activates it again (at no less than the virtual now).
+      redis.call('ZREM', ak, t)
+    end
   end
-  table.sort(cand, function(a, b)
-    if a[2] ~= b[2] then return a[2] < b[2] end
-    return a[1] < b[1]
-  end)
   local lease_until = now + lease
-  for k = 1, math.min(cap, #cand) do
-    local id, q = cand[k][1], cand[k][3]
-    redis.call('ZREM', P .. 'q:' .. q .. ':ready', id)
+  while popped < cap do
+    local best
+    for _, x in ipairs(ten) do
+      if x.room > 0 and next(x.heads) ~= nil and (not best or x.vt < best.vt or (x.vt == best.vt and x.t < best.t)) then
+        best = x
+      end
+    end
+    if not best then break end
+    local bq, bh
+    for q, h in pairs(best.heads) do
+      if not bh or h[2] < bh[2] or (h[2] == bh[2] and h[1] < bh[1]) then bq, bh = q, h end
+    end
+    local id, tk = bh[1], fair_tq(pool, bq, best.t)
+    redis.call('ZREM', tk, id)
+    redis.call('ZREM', P .. 'q:' .. bq .. ':ready', id)
+    local r = redis.call('ZRANGE', tk, 0, 0, 'WITHSCORES')
+    if #r > 0 then best.heads[bq] = {r[1], tonumber(r[2])} else best.heads[bq] = nil end
+    best.dirty = true
     popped = popped + 1
+    if best.vt > vnow then vnow = best.vt end
     local jk = P .. 'job:' .. id
-    local f = redis.call('HMGET', jk, 'state', 'na', 'attempt', 'tenant', 'created', 'ready', 'spec', 'tp')
+    local f = redis.call('HMGET', jk, 'state', 'na', 'attempt', 'tenant', 'created', 'ready', 'spec', 'tp', 'type')
     if f[1] == 'ready' then
       local na = tonumber(f[2])
       if na and na <= now then
@@ -99,9 +150,13 @@ if cap > 0 then
         redis.call('ZADD', outbox, now + retry_ms, id)
         expired(jk, id)
       else
-        local did = didp .. '-' .. k
-        redis.call('HSET', jk, 'state', 'inflight', 'did', did)
+        local est = tonumber(redis.call('HGET', P .. 'est', best.t .. '|' .. (f[9] or ''))) or def_est
+        best.vt = best.vt + est / best.w
+        best.room = best.room - 1
+        local did = didp .. '-' .. popped
+        redis.call('HSET', jk, 'state', 'inflight', 'did', did, 'est', est, 'cw', best.w)
         redis.call('ZADD', inflight, lease_until, id)
+        redis.call('SADD', P .. 'tenant:' .. best.t .. ':running', id)
         disp[#disp + 1] = id
         disp[#disp + 1] = did
         for m = 3, 7 do disp[#disp + 1] = f[m] or '' end
@@ -110,6 +165,13 @@ if cap > 0 then
       end
     end
   end
+  for _, x in ipairs(ten) do
+    if x.dirty then
+      redis.call('HSET', vk, x.t, x.vt)
+      if next(x.heads) ~= nil then redis.call('ZADD', ak, x.vt, x.t) else redis.call('ZREM', ak, x.t) end
+    end
+  end
+  if vnow > vnow0 then redis.call('SET', PP .. ':vnow', vnow) end
 end
 
 -- 6. Expired jobs whose dlq record was not acknowledged in time: again.

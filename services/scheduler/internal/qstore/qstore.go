@@ -51,8 +51,9 @@ var (
 	//go:embed dispatch.lua
 	dispatchSrc string
 
-	applyScript    = redis.NewScript(applySrc)
-	dispatchScript = redis.NewScript(dispatchSrc)
+	// fair.lua (the fair-share helpers) is the prelude of both scripts.
+	applyScript    = redis.NewScript(fairSrc + applySrc)
+	dispatchScript = redis.NewScript(fairSrc + dispatchSrc)
 )
 
 // Options configure a Store.
@@ -69,6 +70,9 @@ type Options struct {
 	// MaxOpsPerCall bounds the operations of one script call, so one call
 	// never blocks Redis for long; larger batches are pipelined. Defaults to 512.
 	MaxOpsPerCall int
+	// DefaultEstimate is the slot-time charged at dispatch for a job type
+	// whose tenant has no measured run time yet (see fair.go). Defaults to 1s.
+	DefaultEstimate time.Duration
 }
 
 // WithDefaults fills unset options.
@@ -87,6 +91,9 @@ func (o Options) WithDefaults() Options {
 	}
 	if o.MaxOpsPerCall <= 0 {
 		o.MaxOpsPerCall = 512
+	}
+	if o.DefaultEstimate <= 0 {
+		o.DefaultEstimate = time.Second
 	}
 	return o
 }
@@ -241,7 +248,7 @@ func (b *Batch) Enqueue(e schema.Enqueued, recordTime time.Time) error {
 	}
 	prio := min(max(e.Job.Priority, 0), 9)
 	b.add("E", e.JobID, e.TenantID, e.Attempt, QueueOf(e.Job), PoolOf(e.Job), prio, runAt, na,
-		e.CreatedAt.UTC().Format(time.RFC3339Nano), ready.UTC().Format(time.RFC3339Nano), spec, hist, e.RedrivenFrom)
+		e.CreatedAt.UTC().Format(time.RFC3339Nano), ready.UTC().Format(time.RFC3339Nano), spec, hist, e.RedrivenFrom, e.Job.Type)
 	return nil
 }
 
@@ -445,7 +452,8 @@ type DispatchResult struct {
 func (s *Store) Dispatch(ctx context.Context, p DispatchParams) (DispatchResult, error) {
 	var res DispatchResult
 	v, err := dispatchScript.Run(ctx, s.rdb, nil, s.opts.Prefix, p.Pool, p.Now.UnixMilli(), s.opts.Lease.Milliseconds(),
-		p.Prefetch, p.MaxBatch, p.DispatchIDPrefix, int64(s.opts.TerminalTTL.Seconds()), s.opts.OutboxRetry.Milliseconds(), flag(true)).Slice()
+		p.Prefetch, p.MaxBatch, p.DispatchIDPrefix, int64(s.opts.TerminalTTL.Seconds()), s.opts.OutboxRetry.Milliseconds(), flag(true),
+		s.opts.DefaultEstimate.Milliseconds()).Slice()
 	if err != nil {
 		return res, wrapErr("dispatch "+p.Pool, err)
 	}
