@@ -45,7 +45,7 @@ var secretVars = []string{"FERRY_ADMIN_KEY", "FERRY_SECRET_KEY", "FERRY_API_KEY"
 
 var ferryServices = []ferrySpec{
 	{name: "api", dockerfile: "services/api/Dockerfile", postgres: true, redis: true, secrets: []string{"FERRY_ADMIN_KEY"}},
-	{name: "scheduler", dockerfile: "services/scheduler/Dockerfile", redis: true},
+	{name: "scheduler", dockerfile: "services/scheduler/Dockerfile", postgres: true, redis: true, secrets: []string{"FERRY_ADMIN_KEY"}},
 	{name: "worker-short", dockerfile: "services/worker/Dockerfile", env: map[string]string{"FERRY_WORKER_POOL": "short"}},
 	{name: "worker-long", dockerfile: "services/worker/Dockerfile", env: map[string]string{"FERRY_WORKER_POOL": "long"}},
 	{name: "dlq", dockerfile: "services/dlq/Dockerfile", postgres: true},
@@ -1483,7 +1483,8 @@ func TestFrontDoorRoutes(t *testing.T) {
 		{"/v1/webhooks/abc/deliveries", "webhooks"},
 		{"/v1/admin/tenants", "api"},
 		{"/v1/admin/keys/k1", "api"},
-		{"/v1/queues/default/pause", "api"},
+		{"/v1/queues", "scheduler"},
+		{"/v1/queues/default/pause", "scheduler"},
 		{"/healthz", ""},
 	} {
 		got := caddyRoute(matchers, rules, tc.path)
