@@ -12,7 +12,6 @@ import (
 	"embed"
 	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	"time"
 
@@ -29,11 +28,7 @@ var migrations embed.FS
 
 // Migrate creates the offsets table. Run it before Run.
 func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
-	sub, err := fs.Sub(migrations, "migrations")
-	if err != nil {
-		return err
-	}
-	return pgstore.Migrate(ctx, pool, "projection", sub)
+	return pgstore.MigrateEmbedded(ctx, pool, "projection", migrations, "migrations")
 }
 
 // ApplyFunc writes one batch of records inside tx. It must be idempotent per

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net/http"
 	"regexp"
-	"strconv"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -189,34 +188,29 @@ func (s *Service) handleCreateTenant(w http.ResponseWriter, r *http.Request) {
 	}{tenantResource(created), plain, key.ID})
 }
 
+// Tenant list limits.
+const (
+	defaultTenantLimit = 100
+	maxTenantLimit     = 500
+)
+
 func (s *Service) handleListTenants(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
-	limit := 100
-	if l := q.Get("limit"); l != "" {
-		n, err := strconv.Atoi(l)
-		if err != nil || n < 1 || n > 500 {
-			httpx.WriteError(w, r, invalid(map[string]string{"limit": "must be an integer from 1 to 500"}))
-			return
-		}
-		limit = n
-	}
-	ts, err := auth.ListTenants(r.Context(), s.deps.Postgres, q.Get("cursor"), limit+1)
+	limit, after, err := pageParams(r, defaultTenantLimit, maxTenantLimit)
 	if err != nil {
 		httpx.WriteError(w, r, err)
 		return
 	}
-	resp := struct {
-		Tenants    []Tenant `json:"tenants"`
-		NextCursor string   `json:"next_cursor,omitempty"`
-	}{Tenants: make([]Tenant, 0, len(ts))}
-	for i, t := range ts {
-		if i == limit {
-			resp.NextCursor = ts[i-1].ID
-			break
-		}
-		resp.Tenants = append(resp.Tenants, tenantResource(t))
+	ts, err := auth.ListTenants(r.Context(), s.deps.Postgres, after.ID, limit+1)
+	if err != nil {
+		httpx.WriteError(w, r, err)
+		return
 	}
-	httpx.WriteJSON(w, http.StatusOK, resp)
+	ts, next := httpx.TrimPage(ts, limit, func(t auth.Tenant) string { return httpx.Keyset{ID: t.ID}.String() })
+	out := make([]Tenant, 0, len(ts))
+	for _, t := range ts {
+		out = append(out, tenantResource(t))
+	}
+	httpx.WriteList(w, "tenants", out, next)
 }
 
 func (s *Service) handleGetTenant(w http.ResponseWriter, r *http.Request) {
@@ -311,13 +305,12 @@ func (s *Service) handleListKeys(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteError(w, r, err)
 		return
 	}
-	resp := struct {
-		Keys []APIKey `json:"keys"`
-	}{Keys: make([]APIKey, 0, len(ks))}
+	out := make([]APIKey, 0, len(ks))
 	for _, k := range ks {
-		resp.Keys = append(resp.Keys, keyResource(k))
+		out = append(out, keyResource(k))
 	}
-	httpx.WriteJSON(w, http.StatusOK, resp)
+	// One page: a tenant holds few keys.
+	httpx.WriteList(w, "keys", out, "")
 }
 
 func (s *Service) handleRevokeKey(w http.ResponseWriter, r *http.Request) {

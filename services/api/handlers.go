@@ -3,7 +3,6 @@ package api
 import (
 	"bytes"
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -523,83 +522,64 @@ func (s *Service) handleCancel(w http.ResponseWriter, r *http.Request) {
 	httpx.WriteJSON(w, http.StatusAccepted, map[string]any{"job": j, "cancel_requested": true})
 }
 
-// cursor is the opaque list cursor: base64url of {"t": created_at, "id": id}.
-type cursor struct {
-	T  time.Time `json:"t"`
-	ID string    `json:"id"`
-}
-
-func encodeCursor(j Job) string {
-	b, _ := json.Marshal(cursor{T: j.CreatedAt, ID: j.ID})
-	return base64.RawURLEncoding.EncodeToString(b)
-}
-
-func decodeCursor(s string) (*store.Cursor, error) {
-	b, err := base64.RawURLEncoding.DecodeString(s)
-	var c cursor
-	if err != nil || json.Unmarshal(b, &c) != nil || c.ID == "" || c.T.IsZero() {
-		return nil, httpx.Errorf(http.StatusBadRequest, "invalid_cursor", "cursor is not one this API returned")
-	}
-	return &store.Cursor{CreatedAt: c.T, ID: c.ID}, nil
-}
-
 // List limits.
 const (
 	defaultListLimit = 50
 	maxListLimit     = 500
 )
 
+// pageParams reads the limit (def when absent, at most max) and the
+// httpx.Keyset cursor of a list request; the zero Keyset (no ID) on the
+// first page.
+func pageParams(r *http.Request, def, max int) (int, httpx.Keyset, error) {
+	limit, err := httpx.ParseLimit(r, def, max)
+	if err != nil {
+		return 0, httpx.Keyset{}, err
+	}
+	after, err := httpx.KeysetParam(r)
+	if err != nil || after == nil {
+		return limit, httpx.Keyset{}, err
+	}
+	return limit, *after, nil
+}
+
 func (s *Service) handleList(w http.ResponseWriter, r *http.Request) {
 	p, _ := auth.FromContext(r.Context())
 	q := r.URL.Query()
-	f := store.Filter{Type: q.Get("type"), Queue: q.Get("queue"), Tags: q["tag"], Limit: defaultListLimit, Now: s.cfg.Now()}
-	bad := map[string]string{}
+	f := store.Filter{Type: q.Get("type"), Queue: q.Get("queue"), Tags: q["tag"], Now: s.cfg.Now()}
 	if st := schema.Status(q.Get("status")); st != "" {
 		switch st {
 		case schema.StatusQueued, schema.StatusScheduled, schema.StatusRunning, schema.StatusSucceeded, schema.StatusDead, schema.StatusCancelled:
 			f.Status = st
 		default:
-			bad["status"] = "must be one of queued, scheduled, running, succeeded, dead, cancelled"
-		}
-	}
-	if l := q.Get("limit"); l != "" {
-		n, err := strconv.Atoi(l)
-		if err != nil || n < 1 || n > maxListLimit {
-			bad["limit"] = fmt.Sprintf("must be an integer from 1 to %d", maxListLimit)
-		}
-		f.Limit = n
-	}
-	if len(bad) > 0 {
-		e := httpx.Errorf(http.StatusUnprocessableEntity, "validation_failed", "invalid query parameters")
-		e.Fields = bad
-		httpx.WriteError(w, r, e)
-		return
-	}
-	if c := q.Get("cursor"); c != "" {
-		cur, err := decodeCursor(c)
-		if err != nil {
-			httpx.WriteError(w, r, err)
+			e := httpx.Errorf(http.StatusUnprocessableEntity, "validation_failed", "invalid query parameters")
+			e.Fields = map[string]string{"status": "must be one of queued, scheduled, running, succeeded, dead, cancelled"}
+			httpx.WriteError(w, r, e)
 			return
 		}
-		f.After = cur
 	}
-	limit := f.Limit
-	f.Limit++
+	limit, after, err := pageParams(r, defaultListLimit, maxListLimit)
+	if err != nil {
+		httpx.WriteError(w, r, err)
+		return
+	}
+	if after.ID != "" {
+		if after.T.IsZero() {
+			httpx.WriteError(w, r, httpx.ErrInvalidCursor)
+			return
+		}
+		f.After = &store.Cursor{CreatedAt: after.T, ID: after.ID}
+	}
+	f.Limit = limit + 1
 	rows, err := s.store.List(r.Context(), p.TenantID, f)
 	if err != nil {
 		httpx.WriteError(w, r, err)
 		return
 	}
-	resp := struct {
-		Jobs       []Job  `json:"jobs"`
-		NextCursor string `json:"next_cursor,omitempty"`
-	}{Jobs: make([]Job, 0, min(len(rows), limit))}
-	for i, row := range rows {
-		if i == limit {
-			resp.NextCursor = encodeCursor(resp.Jobs[limit-1])
-			break
-		}
-		resp.Jobs = append(resp.Jobs, jobFromRow(row.Row, f.Now))
+	rows, next := httpx.TrimPage(rows, limit, func(j store.Job) string { return httpx.Keyset{T: j.CreatedAt, ID: j.ID}.String() })
+	jobs := make([]Job, 0, len(rows))
+	for _, row := range rows {
+		jobs = append(jobs, jobFromRow(row.Row, f.Now))
 	}
-	httpx.WriteJSON(w, http.StatusOK, resp)
+	httpx.WriteList(w, "jobs", jobs, next)
 }

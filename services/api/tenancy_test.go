@@ -17,14 +17,14 @@ import (
 func (b *bundle) createTenant(t *testing.T, body string) map[string]any {
 	t.Helper()
 	r := b.do(t, adminKey, "POST", "/v1/admin/tenants", body)
-	if r.status != http.StatusCreated {
-		t.Fatalf("create tenant %s: %d %s", body, r.status, r.raw)
+	if r.Status != http.StatusCreated {
+		t.Fatalf("create tenant %s: %d %s", body, r.Status, r.Raw)
 	}
-	return r.body
+	return r.Body
 }
 
 func fieldsOf(r resp) map[string]any {
-	e, _ := r.body["error"].(map[string]any)
+	e, _ := r.Body["error"].(map[string]any)
 	f, _ := e["fields"].(map[string]any)
 	return f
 }
@@ -40,11 +40,11 @@ func TestAdminTenantsAndKeys(t *testing.T) {
 		{"PATCH", "/v1/admin/tenants/acme"}, {"POST", "/v1/admin/tenants/acme/keys"},
 		{"GET", "/v1/admin/tenants/acme/keys"}, {"DELETE", "/v1/admin/keys/key_x"},
 	} {
-		if r := b.do(t, b.keyA, c.method, c.path, `{}`); r.status != http.StatusForbidden || errCode(r) != "forbidden" {
-			t.Errorf("tenant key on %s %s: %d %s", c.method, c.path, r.status, r.raw)
+		if r := b.do(t, b.keyA, c.method, c.path, `{}`); r.Status != http.StatusForbidden || r.ErrorCode() != "forbidden" {
+			t.Errorf("tenant key on %s %s: %d %s", c.method, c.path, r.Status, r.Raw)
 		}
-		if r := b.do(t, "", c.method, c.path, `{}`); r.status != http.StatusUnauthorized {
-			t.Errorf("no key on %s %s: %d", c.method, c.path, r.status)
+		if r := b.do(t, "", c.method, c.path, `{}`); r.Status != http.StatusUnauthorized {
+			t.Errorf("no key on %s %s: %d", c.method, c.path, r.Status)
 		}
 	}
 
@@ -55,15 +55,15 @@ func TestAdminTenantsAndKeys(t *testing.T) {
 		created["rate_limit"].(map[string]any)["burst"] != 100.0 {
 		t.Fatalf("created: %v", created)
 	}
-	if r := b.do(t, adminKey, "POST", "/v1/admin/tenants", `{"id":"initech","name":"again"}`); r.status != 409 || errCode(r) != "tenant_exists" {
-		t.Fatalf("duplicate: %d %s", r.status, r.raw)
+	if r := b.do(t, adminKey, "POST", "/v1/admin/tenants", `{"id":"initech","name":"again"}`); r.Status != 409 || r.ErrorCode() != "tenant_exists" {
+		t.Fatalf("duplicate: %d %s", r.Status, r.Raw)
 	}
 	r := b.do(t, adminKey, "POST", "/v1/admin/tenants", `{"id":"Bad Id","weight":0,"rate_limit":{"per_second":0,"burst":1},"max_queued":-1}`)
-	if f := fieldsOf(r); r.status != 422 || f["id"] == nil || f["name"] == nil || f["weight"] == nil || f["rate_limit.per_second"] == nil || f["max_queued"] == nil {
-		t.Fatalf("invalid tenant: %d %s", r.status, r.raw)
+	if f := fieldsOf(r); r.Status != 422 || f["id"] == nil || f["name"] == nil || f["weight"] == nil || f["rate_limit.per_second"] == nil || f["max_queued"] == nil {
+		t.Fatalf("invalid tenant: %d %s", r.Status, r.Raw)
 	}
-	if r := b.do(t, adminKey, "POST", "/v1/admin/tenants", `{"name":"x","colour":1}`); r.status != 400 || errCode(r) != "unknown_field" {
-		t.Fatalf("unknown field: %d %s", r.status, r.raw)
+	if r := b.do(t, adminKey, "POST", "/v1/admin/tenants", `{"name":"x","colour":1}`); r.Status != 400 || r.ErrorCode() != "unknown_field" {
+		t.Fatalf("unknown field: %d %s", r.Status, r.Raw)
 	}
 	gen := b.createTenant(t, `{"name":"Generated id"}`)
 	if !strings.HasPrefix(gen["id"].(string), "tnt_") || gen["weight"] != 1.0 || gen["rate_limit"] != nil {
@@ -71,51 +71,59 @@ func TestAdminTenantsAndKeys(t *testing.T) {
 	}
 
 	// The new key works at once.
-	if r := b.do(t, key, "POST", "/v1/jobs", `{"type":"noop"}`); r.status != 202 || r.body["tenant_id"] != "initech" {
-		t.Fatalf("new tenant's key: %d %s", r.status, r.raw)
+	if r := b.do(t, key, "POST", "/v1/jobs", `{"type":"noop"}`); r.Status != 202 || r.Body["tenant_id"] != "initech" {
+		t.Fatalf("new tenant's key: %d %s", r.Status, r.Raw)
 	}
-	if r := b.do(t, adminKey, "GET", "/v1/admin/tenants/initech", nil); r.status != 200 || r.body["name"] != "Initech" {
-		t.Fatalf("get tenant: %d %s", r.status, r.raw)
+	if r := b.do(t, adminKey, "GET", "/v1/admin/tenants/initech", nil); r.Status != 200 || r.Body["name"] != "Initech" {
+		t.Fatalf("get tenant: %d %s", r.Status, r.Raw)
 	}
-	if r := b.do(t, adminKey, "GET", "/v1/admin/tenants/nope", nil); r.status != 404 {
-		t.Fatalf("get missing tenant: %d", r.status)
+	if r := b.do(t, adminKey, "GET", "/v1/admin/tenants/nope", nil); r.Status != 404 {
+		t.Fatalf("get missing tenant: %d", r.Status)
 	}
 	list := b.do(t, adminKey, "GET", "/v1/admin/tenants?limit=2", nil)
-	if list.status != 200 || len(list.body["tenants"].([]any)) != 2 || list.body["next_cursor"] == nil {
-		t.Fatalf("list tenants: %d %s", list.status, list.raw)
+	if list.Status != 200 || len(list.Body["tenants"].([]any)) != 2 || list.Body["next_cursor"] == nil || list.Body["next_cursor"] == "" {
+		t.Fatalf("list tenants: %d %s", list.Status, list.Raw)
 	}
-	rest := b.do(t, adminKey, "GET", "/v1/admin/tenants?cursor="+list.body["next_cursor"].(string), nil)
-	if n := len(list.body["tenants"].([]any)) + len(rest.body["tenants"].([]any)); n != 4 { // acme, globex, initech, tnt_…
-		t.Fatalf("tenants over two pages: %d (%s)", n, rest.raw)
+	rest := b.do(t, adminKey, "GET", "/v1/admin/tenants?cursor="+list.Body["next_cursor"].(string), nil)
+	if n := len(list.Body["tenants"].([]any)) + len(rest.Body["tenants"].([]any)); n != 4 { // acme, globex, initech, tnt_…
+		t.Fatalf("tenants over two pages: %d (%s)", n, rest.Raw)
 	}
+	if rest.Status != 200 || rest.Body["next_cursor"] != "" {
+		t.Fatalf("last page of tenants: %d %s", rest.Status, rest.Raw)
+	}
+	if r := b.do(t, adminKey, "GET", "/v1/admin/tenants?limit=4", nil); r.Status != 200 || len(r.Body["tenants"].([]any)) != 4 || r.Body["next_cursor"] != "" {
+		t.Fatalf("full last page of tenants: %d %s", r.Status, r.Raw)
+	}
+	// A tenant id is not a cursor.
+	b.badListParams(t, adminKey, "/v1/admin/tenants", "acme", "globex")
 
 	// PATCH changes only what it names; rate_limit null removes the limit.
 	p := b.do(t, adminKey, "PATCH", "/v1/admin/tenants/initech", `{"weight":2,"rate_limit":null,"max_payload_bytes":4096}`)
-	if p.status != 200 || p.body["weight"] != 2.0 || p.body["rate_limit"] != nil || p.body["max_payload_bytes"] != 4096.0 ||
-		p.body["max_queued"] != 1000.0 || p.body["name"] != "Initech" {
-		t.Fatalf("patch: %d %s", p.status, p.raw)
+	if p.Status != 200 || p.Body["weight"] != 2.0 || p.Body["rate_limit"] != nil || p.Body["max_payload_bytes"] != 4096.0 ||
+		p.Body["max_queued"] != 1000.0 || p.Body["name"] != "Initech" {
+		t.Fatalf("patch: %d %s", p.Status, p.Raw)
 	}
-	if r := b.do(t, adminKey, "PATCH", "/v1/admin/tenants/nope", `{"weight":2}`); r.status != 404 {
-		t.Fatalf("patch missing: %d", r.status)
+	if r := b.do(t, adminKey, "PATCH", "/v1/admin/tenants/nope", `{"weight":2}`); r.Status != 404 {
+		t.Fatalf("patch missing: %d", r.Status)
 	}
-	if r := b.do(t, adminKey, "PATCH", "/v1/admin/tenants/initech", `{"max_running":-2}`); r.status != 422 || fieldsOf(r)["max_running"] == nil {
-		t.Fatalf("patch invalid: %d %s", r.status, r.raw)
+	if r := b.do(t, adminKey, "PATCH", "/v1/admin/tenants/initech", `{"max_running":-2}`); r.Status != 422 || fieldsOf(r)["max_running"] == nil {
+		t.Fatalf("patch invalid: %d %s", r.Status, r.Raw)
 	}
 
 	// A second key; the key id is the actor of the job's events.
 	k2 := b.do(t, adminKey, "POST", "/v1/admin/tenants/initech/keys", nil)
-	key2, key2ID := k2.body["api_key"].(string), k2.body["id"].(string)
-	if k2.status != 201 || !strings.HasPrefix(key2, "fry_") || key2ID == keyID || k2.body["tenant_id"] != "initech" {
-		t.Fatalf("new key: %d %s", k2.status, k2.raw)
+	key2, key2ID := k2.Body["api_key"].(string), k2.Body["id"].(string)
+	if k2.Status != 201 || !strings.HasPrefix(key2, "fry_") || key2ID == keyID || k2.Body["tenant_id"] != "initech" {
+		t.Fatalf("new key: %d %s", k2.Status, k2.Raw)
 	}
-	if r := b.do(t, adminKey, "POST", "/v1/admin/tenants/nope/keys", nil); r.status != 404 {
-		t.Fatalf("key for missing tenant: %d", r.status)
+	if r := b.do(t, adminKey, "POST", "/v1/admin/tenants/nope/keys", nil); r.Status != 404 {
+		t.Fatalf("key for missing tenant: %d", r.Status)
 	}
 	sub := b.do(t, key2, "POST", "/v1/jobs", `{"type":"noop"}`)
-	if sub.status != 202 {
-		t.Fatalf("submit with second key: %d %s", sub.status, sub.raw)
+	if sub.Status != 202 {
+		t.Fatalf("submit with second key: %d %s", sub.Status, sub.Raw)
 	}
-	ev, err := schema.Decode(b.records(t, "ferry.jobs.enqueued", 1, byKey(sub.body["id"].(string)))[0])
+	ev, err := schema.Decode(b.records(t, "ferry.jobs.enqueued", 1, byKey(sub.Body["id"].(string)))[0])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,25 +131,25 @@ func TestAdminTenantsAndKeys(t *testing.T) {
 		t.Fatalf("actor %q, want the key id %q", actor, key2ID)
 	}
 	keys := b.do(t, adminKey, "GET", "/v1/admin/tenants/initech/keys", nil)
-	if keys.status != 200 || len(keys.body["keys"].([]any)) != 2 || strings.Contains(string(keys.raw), "hash") ||
-		strings.Contains(string(keys.raw), key) || strings.Contains(string(keys.raw), key2) {
-		t.Fatalf("keys: %d %s", keys.status, keys.raw)
+	if keys.Status != 200 || len(keys.Body["keys"].([]any)) != 2 || keys.Body["next_cursor"] != "" || strings.Contains(string(keys.Raw), "hash") ||
+		strings.Contains(string(keys.Raw), key) || strings.Contains(string(keys.Raw), key2) {
+		t.Fatalf("keys: %d %s", keys.Status, keys.Raw)
 	}
 
 	// Revoke: 401 within seconds; the other key keeps working.
 	start := time.Now()
-	if r := b.do(t, adminKey, "DELETE", "/v1/admin/keys/"+key2ID, nil); r.status != 204 {
-		t.Fatalf("revoke: %d %s", r.status, r.raw)
+	if r := b.do(t, adminKey, "DELETE", "/v1/admin/keys/"+key2ID, nil); r.Status != 204 {
+		t.Fatalf("revoke: %d %s", r.Status, r.Raw)
 	}
-	if r := b.do(t, adminKey, "DELETE", "/v1/admin/keys/"+key2ID, nil); r.status != 204 {
-		t.Fatalf("revoke again: %d %s", r.status, r.raw)
+	if r := b.do(t, adminKey, "DELETE", "/v1/admin/keys/"+key2ID, nil); r.Status != 204 {
+		t.Fatalf("revoke again: %d %s", r.Status, r.Raw)
 	}
-	if r := b.do(t, adminKey, "DELETE", "/v1/admin/keys/key_nope", nil); r.status != 404 {
-		t.Fatalf("revoke missing: %d", r.status)
+	if r := b.do(t, adminKey, "DELETE", "/v1/admin/keys/key_nope", nil); r.Status != 404 {
+		t.Fatalf("revoke missing: %d", r.Status)
 	}
 	eventually(t, func() error {
-		if r := b.do(t, key2, "GET", "/v1/jobs", nil); r.status != 401 {
-			return fmt.Errorf("revoked key answers %d", r.status)
+		if r := b.do(t, key2, "GET", "/v1/jobs", nil); r.Status != 401 {
+			return fmt.Errorf("revoked key answers %d", r.Status)
 		}
 		return nil
 	})
@@ -149,36 +157,36 @@ func TestAdminTenantsAndKeys(t *testing.T) {
 		t.Errorf("revocation took %v to apply", d)
 	}
 	t.Logf("revoked key refused after %v", time.Since(start).Round(time.Millisecond))
-	if r := b.do(t, key, "GET", "/v1/jobs", nil); r.status != 200 {
-		t.Fatalf("other key after revoke: %d", r.status)
+	if r := b.do(t, key, "GET", "/v1/jobs", nil); r.Status != 200 {
+		t.Fatalf("other key after revoke: %d", r.Status)
 	}
 	keys = b.do(t, adminKey, "GET", "/v1/admin/tenants/initech/keys", nil)
 	revoked := 0
-	for _, k := range keys.body["keys"].([]any) {
+	for _, k := range keys.Body["keys"].([]any) {
 		if k.(map[string]any)["revoked_at"] != nil {
 			revoked++
 		}
 	}
 	if revoked != 1 {
-		t.Fatalf("keys after revoke: %s", keys.raw)
+		t.Fatalf("keys after revoke: %s", keys.Raw)
 	}
 
 	// Disable: every key of the tenant answers 401; enable: back.
-	if r := b.do(t, adminKey, "PATCH", "/v1/admin/tenants/initech", `{"disabled":true}`); r.status != 200 || r.body["disabled"] != true || r.body["disabled_at"] == nil {
-		t.Fatalf("disable: %d %s", r.status, r.raw)
+	if r := b.do(t, adminKey, "PATCH", "/v1/admin/tenants/initech", `{"disabled":true}`); r.Status != 200 || r.Body["disabled"] != true || r.Body["disabled_at"] == nil {
+		t.Fatalf("disable: %d %s", r.Status, r.Raw)
 	}
 	eventually(t, func() error {
-		if r := b.do(t, key, "GET", "/v1/jobs", nil); r.status != 401 {
-			return fmt.Errorf("disabled tenant's key answers %d", r.status)
+		if r := b.do(t, key, "GET", "/v1/jobs", nil); r.Status != 401 {
+			return fmt.Errorf("disabled tenant's key answers %d", r.Status)
 		}
 		return nil
 	})
-	if r := b.do(t, adminKey, "PATCH", "/v1/admin/tenants/initech", `{"disabled":false}`); r.status != 200 || r.body["disabled"] != false {
-		t.Fatalf("enable: %d %s", r.status, r.raw)
+	if r := b.do(t, adminKey, "PATCH", "/v1/admin/tenants/initech", `{"disabled":false}`); r.Status != 200 || r.Body["disabled"] != false {
+		t.Fatalf("enable: %d %s", r.Status, r.Raw)
 	}
 	eventually(t, func() error {
-		if r := b.do(t, key, "GET", "/v1/jobs", nil); r.status != 200 {
-			return fmt.Errorf("re-enabled tenant's key answers %d", r.status)
+		if r := b.do(t, key, "GET", "/v1/jobs", nil); r.Status != 200 {
+			return fmt.Errorf("re-enabled tenant's key answers %d", r.Status)
 		}
 		return nil
 	})
@@ -190,62 +198,56 @@ func TestRateLimit(t *testing.T) {
 	b := setup(t, api.Config{})
 	key := b.createTenant(t, `{"id":"limited","name":"Limited","rate_limit":{"per_second":0.5,"burst":3}}`)["api_key"].(string)
 	first := b.do(t, key, "POST", "/v1/jobs", `{"type":"noop"}`, "Idempotency-Key", "first")
-	if first.status != 202 {
-		t.Fatalf("first: %d %s", first.status, first.raw)
+	if first.Status != 202 {
+		t.Fatalf("first: %d %s", first.Status, first.Raw)
 	}
-	if r := b.do(t, key, "POST", "/v1/jobs/batch", `{"jobs":[{"type":"noop"},{"type":"noop"},{"type":"noop"},{"type":"noop"}]}`); r.status != 413 || errCode(r) != "batch_exceeds_rate_limit" {
-		t.Fatalf("batch above burst: %d %s", r.status, r.raw)
+	if r := b.do(t, key, "POST", "/v1/jobs/batch", `{"jobs":[{"type":"noop"},{"type":"noop"},{"type":"noop"},{"type":"noop"}]}`); r.Status != 413 || r.ErrorCode() != "batch_exceeds_rate_limit" {
+		t.Fatalf("batch above burst: %d %s", r.Status, r.Raw)
 	}
 	// Two tokens left: a batch of two valid jobs and one invalid one passes.
 	r := b.do(t, key, "POST", "/v1/jobs/batch", `{"jobs":[{"type":"noop"},{"type":"noop"},{"type":"noop","priority":42}]}`)
-	if r.status != 202 || r.body["jobs"].([]any)[2].(map[string]any)["error"] == nil {
-		t.Fatalf("batch within the bucket: %d %s", r.status, r.raw)
+	if r.Status != 202 || r.Body["jobs"].([]any)[2].(map[string]any)["error"] == nil {
+		t.Fatalf("batch within the bucket: %d %s", r.Status, r.Raw)
 	}
 	// The bucket is empty.
 	r = b.do(t, key, "POST", "/v1/jobs", `{"type":"noop"}`, "Idempotency-Key", "second")
-	if r.status != 429 || errCode(r) != "tenant_rate_limited" {
-		t.Fatalf("over the limit: %d %s", r.status, r.raw)
+	if r.Status != 429 || r.ErrorCode() != "tenant_rate_limited" {
+		t.Fatalf("over the limit: %d %s", r.Status, r.Raw)
 	}
-	ra := r.raw // keep for the message
+	ra := r.Raw // keep for the message
 	hdr := b.retryAfter(t, key, `{"type":"noop"}`)
 	if hdr < 1 || hdr > 2 {
 		t.Fatalf("Retry-After %d (answer %s), want 1-2 s at 0.5 jobs/s", hdr, ra)
 	}
 	// A rejected request holds no Idempotency-Key, and a replay costs nothing.
-	if r := b.do(t, key, "POST", "/v1/jobs", `{"type":"noop"}`, "Idempotency-Key", "first"); r.status != 200 || r.body["id"] != first.body["id"] {
-		t.Fatalf("replay while limited: %d %s", r.status, r.raw)
+	if r := b.do(t, key, "POST", "/v1/jobs", `{"type":"noop"}`, "Idempotency-Key", "first"); r.Status != 200 || r.Body["id"] != first.Body["id"] {
+		t.Fatalf("replay while limited: %d %s", r.Status, r.Raw)
 	}
 	r = b.do(t, key, "POST", "/v1/jobs/batch", `{"jobs":[{"type":"noop"}]}`)
-	if r.status != 429 || errCode(r) != "tenant_rate_limited" {
-		t.Fatalf("batch over the limit: %d %s", r.status, r.raw)
+	if r.Status != 429 || r.ErrorCode() != "tenant_rate_limited" {
+		t.Fatalf("batch over the limit: %d %s", r.Status, r.Raw)
 	}
 	// Another tenant is not affected.
-	if r := b.do(t, b.keyA, "POST", "/v1/jobs", `{"type":"noop"}`); r.status != 202 {
-		t.Fatalf("other tenant: %d %s", r.status, r.raw)
+	if r := b.do(t, b.keyA, "POST", "/v1/jobs", `{"type":"noop"}`); r.Status != 202 {
+		t.Fatalf("other tenant: %d %s", r.Status, r.Raw)
 	}
 	// Tokens come back.
 	time.Sleep(2100 * time.Millisecond)
-	if r := b.do(t, key, "POST", "/v1/jobs", `{"type":"noop"}`, "Idempotency-Key", "second"); r.status != 202 {
-		t.Fatalf("after refill: %d %s", r.status, r.raw)
+	if r := b.do(t, key, "POST", "/v1/jobs", `{"type":"noop"}`, "Idempotency-Key", "second"); r.Status != 202 {
+		t.Fatalf("after refill: %d %s", r.Status, r.Raw)
 	}
 }
 
 // retryAfter submits body and returns the Retry-After of its 429.
 func (b *bundle) retryAfter(t *testing.T, key, body string) int {
 	t.Helper()
-	req, _ := http.NewRequest("POST", b.srv.URL+"/v1/jobs", strings.NewReader(body))
-	req.Header.Set("Authorization", "Bearer "+key)
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
+	r := b.do(t, key, "POST", "/v1/jobs", body)
+	if r.Status != 429 {
+		t.Fatalf("want 429, got %d", r.Status)
 	}
-	res.Body.Close()
-	if res.StatusCode != 429 {
-		t.Fatalf("want 429, got %d", res.StatusCode)
-	}
-	n, err := strconv.Atoi(res.Header.Get("Retry-After"))
+	n, err := strconv.Atoi(r.Header.Get("Retry-After"))
 	if err != nil {
-		t.Fatalf("Retry-After %q", res.Header.Get("Retry-After"))
+		t.Fatalf("Retry-After %q", r.Header.Get("Retry-After"))
 	}
 	return n
 }
@@ -258,33 +260,33 @@ func TestQueueLimit(t *testing.T) {
 	var ids []string
 	for range 2 {
 		r := b.do(t, key, "POST", "/v1/jobs", `{"type":"noop"}`)
-		if r.status != 202 {
-			t.Fatalf("submit: %d %s", r.status, r.raw)
+		if r.Status != 202 {
+			t.Fatalf("submit: %d %s", r.Status, r.Raw)
 		}
-		ids = append(ids, r.body["id"].(string))
+		ids = append(ids, r.Body["id"].(string))
 	}
 	// Two fit no more: the whole batch is refused.
 	r := b.do(t, key, "POST", "/v1/jobs/batch", `{"jobs":[{"type":"noop"},{"type":"noop"}]}`)
-	if r.status != 429 || errCode(r) != "tenant_queue_full" {
-		t.Fatalf("batch past max_queued: %d %s", r.status, r.raw)
+	if r.Status != 429 || r.ErrorCode() != "tenant_queue_full" {
+		t.Fatalf("batch past max_queued: %d %s", r.Status, r.Raw)
 	}
-	if r := b.do(t, key, "POST", "/v1/jobs", `{"type":"noop","delay":"1h"}`); r.status != 202 {
-		t.Fatalf("third: %d %s", r.status, r.raw)
+	if r := b.do(t, key, "POST", "/v1/jobs", `{"type":"noop","delay":"1h"}`); r.Status != 202 {
+		t.Fatalf("third: %d %s", r.Status, r.Raw)
 	}
 	b.projected(t, key, 3)
 	time.Sleep(1100 * time.Millisecond) // the cached count expires; the projection's count holds
 	if n := b.retryAfter(t, key, `{"type":"noop"}`); n < 1 {
 		t.Fatalf("Retry-After %d", n)
 	}
-	if r := b.do(t, b.keyA, "POST", "/v1/jobs", `{"type":"noop"}`); r.status != 202 {
-		t.Fatalf("other tenant: %d %s", r.status, r.raw)
+	if r := b.do(t, b.keyA, "POST", "/v1/jobs", `{"type":"noop"}`); r.Status != 202 {
+		t.Fatalf("other tenant: %d %s", r.Status, r.Raw)
 	}
-	if r := b.do(t, key, "POST", "/v1/jobs/"+ids[0]+"/cancel", nil); r.status != 202 {
-		t.Fatalf("cancel: %d %s", r.status, r.raw)
+	if r := b.do(t, key, "POST", "/v1/jobs/"+ids[0]+"/cancel", nil); r.Status != 202 {
+		t.Fatalf("cancel: %d %s", r.Status, r.Raw)
 	}
 	eventually(t, func() error {
-		if r := b.do(t, key, "POST", "/v1/jobs", `{"type":"noop"}`); r.status != 202 {
-			return fmt.Errorf("after a cancel: %d %s", r.status, r.raw)
+		if r := b.do(t, key, "POST", "/v1/jobs", `{"type":"noop"}`); r.Status != 202 {
+			return fmt.Errorf("after a cancel: %d %s", r.Status, r.Raw)
 		}
 		return nil
 	})
@@ -307,30 +309,30 @@ func TestTenantPayloadLimit(t *testing.T) {
 		{large, payload(3000), 202}, {large, payload(6000), 413},
 	} {
 		r := b.do(t, c.key, "POST", "/v1/jobs", c.body)
-		if r.status != c.status {
-			t.Errorf("%d-byte payload: %d %s, want %d", len(c.body), r.status, r.raw, c.status)
+		if r.Status != c.status {
+			t.Errorf("%d-byte payload: %d %s, want %d", len(c.body), r.Status, r.Raw, c.status)
 			continue
 		}
-		if c.status == 413 && errCode(r) != "payload_too_large" {
-			t.Errorf("413 code %s", errCode(r))
+		if c.status == 413 && r.ErrorCode() != "payload_too_large" {
+			t.Errorf("413 code %s", r.ErrorCode())
 		}
 	}
 	// In a batch the too-large item is named; the others are accepted.
 	r := b.do(t, small, "POST", "/v1/jobs/batch", `{"jobs":[`+payload(10)+`,`+payload(200)+`]}`)
-	items := r.body["jobs"].([]any)
-	if r.status != 202 || items[0].(map[string]any)["id"] == nil ||
+	items := r.Body["jobs"].([]any)
+	if r.Status != 202 || items[0].(map[string]any)["id"] == nil ||
 		items[1].(map[string]any)["error"].(map[string]any)["code"] != "payload_too_large" {
-		t.Fatalf("batch: %d %s", r.status, r.raw)
+		t.Fatalf("batch: %d %s", r.Status, r.Raw)
 	}
 	six := `{"jobs":[` + strings.TrimSuffix(strings.Repeat(`{"type":"noop"},`, 6), ",") + `]}`
-	if r := b.do(t, b.keyA, "POST", "/v1/jobs/batch", six); r.status != 413 || errCode(r) != "batch_too_large" {
-		t.Fatalf("batch of 6: %d %s", r.status, r.raw)
+	if r := b.do(t, b.keyA, "POST", "/v1/jobs/batch", six); r.Status != 413 || r.ErrorCode() != "batch_too_large" {
+		t.Fatalf("batch of 6: %d %s", r.Status, r.Raw)
 	}
 	// Far past and far future run_at are field errors.
 	for _, body := range []string{`{"type":"noop","run_at":"` + time.Now().Add(-2*time.Hour).UTC().Format(time.RFC3339) + `"}`,
 		`{"type":"noop","run_at":"` + time.Now().Add(2*365*24*time.Hour).UTC().Format(time.RFC3339) + `"}`} {
-		if r := b.do(t, b.keyA, "POST", "/v1/jobs", body); r.status != 422 || fieldsOf(r)["run_at"] == nil {
-			t.Errorf("%s: %d %s", body, r.status, r.raw)
+		if r := b.do(t, b.keyA, "POST", "/v1/jobs", body); r.Status != 422 || fieldsOf(r)["run_at"] == nil {
+			t.Errorf("%s: %d %s", body, r.Status, r.Raw)
 		}
 	}
 }

@@ -8,7 +8,6 @@ import (
 	"embed"
 	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	"sort"
 	"strconv"
@@ -29,11 +28,7 @@ var migrations embed.FS
 
 // Migrate creates or upgrades the jobs table.
 func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
-	sub, err := fs.Sub(migrations, "migrations")
-	if err != nil {
-		return err
-	}
-	return pgstore.Migrate(ctx, pool, "api", sub)
+	return pgstore.MigrateEmbedded(ctx, pool, "api", migrations, "migrations")
 }
 
 // ErrConcurrentWrite is returned when another transaction inserted a job of
