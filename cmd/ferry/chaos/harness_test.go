@@ -48,15 +48,15 @@ func TestMain(m *testing.M) {
 	}())
 }
 
-// buildBinaries builds ferry-api, ferry-scheduler and ferry-worker with the
-// race detector into dir.
+// buildBinaries builds ferry-api, ferry-scheduler, ferry-worker and
+// ferry-audit with the race detector into dir.
 func buildBinaries(dir string) error {
 	root, err := repoRoot()
 	if err != nil {
 		return err
 	}
 	args := []string{"build", "-race", "-o", dir + string(os.PathSeparator)}
-	for _, svc := range []string{"api", "scheduler", "worker"} {
+	for _, svc := range []string{"api", "scheduler", "worker", "audit"} {
 		args = append(args, "./services/"+svc+"/cmd/ferry-"+svc)
 		bins[svc] = filepath.Join(dir, "ferry-"+svc)
 	}
