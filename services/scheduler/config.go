@@ -21,9 +21,21 @@ type Config struct {
 	// Lease is how long a dispatched job may go without started/progress
 	// before it is re-dispatched. Defaults to 30s.
 	Lease time.Duration
-	// Prefetch is how many dispatches may exceed the pool's live slots.
-	// Defaults to 16. Negative means 0.
+	// Prefetch is how many dispatches may always exceed the pool's live
+	// slots. Defaults to 16. Negative means 0.
 	Prefetch int
+	// PrefetchWindow sizes the rest of the dispatch window to the round
+	// trip: on top of Prefetch, a pool may have as many dispatches beyond its
+	// slots as it dispatched in the last PrefetchWindow (its recent rate ×
+	// PrefetchWindow, at most PrefetchMax). A busy pool of short jobs so
+	// keeps enough in flight to cover dispatch → completed → slot freed;
+	// a pool of slow jobs (low rate) stays at Prefetch. Prefetched jobs wait
+	// at most about PrefetchWindow at the worker. Defaults to 100ms;
+	// negative disables it.
+	PrefetchWindow time.Duration
+	// PrefetchMax bounds the rate-sized part of the window per pool.
+	// Defaults to 2048.
+	PrefetchMax int
 	// Tick is the fallback period of the dispatch loops. Defaults to 5ms.
 	Tick time.Duration
 	// WorkerTTL is how long a worker counts as live after its last
@@ -75,6 +87,12 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.Prefetch < 0 {
 		c.Prefetch = 0
+	}
+	if c.PrefetchWindow == 0 {
+		c.PrefetchWindow = 100 * time.Millisecond
+	}
+	if c.PrefetchMax <= 0 {
+		c.PrefetchMax = 2048
 	}
 	if c.Tick <= 0 {
 		c.Tick = 5 * time.Millisecond
@@ -174,11 +192,13 @@ func parseRetryTypes(items []string) (map[string]retry.TypeBackoff, error) {
 func LoadConfig(l *config.Loader) (Config, error) {
 	types, err := parseRetryTypes(l.List("FERRY_SCHEDULER_RETRY_TYPES"))
 	return Config{
-		Lease:      l.Duration("FERRY_SCHEDULER_LEASE"),
-		Prefetch:   l.Int("FERRY_SCHEDULER_PREFETCH"),
-		Tick:       l.Duration("FERRY_SCHEDULER_TICK"),
-		RetryBase:  l.Duration("FERRY_SCHEDULER_RETRY_BASE"),
-		RetryMax:   l.Duration("FERRY_SCHEDULER_RETRY_MAX"),
-		RetryTypes: types,
+		Lease:          l.Duration("FERRY_SCHEDULER_LEASE"),
+		Prefetch:       l.Int("FERRY_SCHEDULER_PREFETCH"),
+		PrefetchWindow: l.Duration("FERRY_SCHEDULER_PREFETCH_WINDOW"),
+		PrefetchMax:    l.Int("FERRY_SCHEDULER_PREFETCH_MAX"),
+		Tick:           l.Duration("FERRY_SCHEDULER_TICK"),
+		RetryBase:      l.Duration("FERRY_SCHEDULER_RETRY_BASE"),
+		RetryMax:       l.Duration("FERRY_SCHEDULER_RETRY_MAX"),
+		RetryTypes:     types,
 	}, err
 }

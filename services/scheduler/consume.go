@@ -16,7 +16,8 @@ import (
 
 // consume polls the lifecycle and worker topics and applies each batch.
 // A batch is retried until it succeeds or ctx ends; its offsets are
-// committed only once its effects are in Redis and its records in Kafka.
+// marked for commit only once its effects are in Redis and its records in
+// Kafka.
 func (s *Service) consume(ctx context.Context, cl *kgo.Client) error {
 	for {
 		fetches := cl.PollRecords(ctx, s.cfg.MaxPoll)
@@ -36,9 +37,10 @@ func (s *Service) consume(ctx context.Context, cl *kgo.Client) error {
 			for {
 				err := s.processGated(bctx, recs)
 				if err == nil {
-					if err := cl.CommitRecords(bctx, recs...); err != nil {
-						s.log.Warn("commit", "err", err)
-					}
+					// Committed in the background (kafkax.MarkedGroup); a
+					// crash before that replays the batch, which is
+					// idempotent.
+					cl.MarkCommitRecords(recs...)
 					break
 				}
 				if errors.Is(err, qstore.ErrNoEpoch) {

@@ -3,6 +3,9 @@ package scheduler
 import (
 	"context"
 	"errors"
+	"math"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -22,11 +25,13 @@ func (s *Service) dispatchLoop(ctx context.Context, pool string) error {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	wake := s.wake[pool]
+	var rate rateEstimate
 	for {
 		if ctx.Err() != nil {
 			return nil
 		}
-		res, err := s.stepGated(ctx, pool)
+		res, err := s.stepGated(ctx, pool, s.prefetch(&rate))
+		rate.add(s.cfg.Now(), len(res.Dispatched))
 		if errors.Is(err, qstore.ErrNoEpoch) {
 			// Wait for the rebuild; it wakes every loop when done.
 			s.stateLost()
@@ -74,29 +79,70 @@ func (s *Service) dispatchLoop(ctx context.Context, pool string) error {
 	}
 }
 
-// stepGated is step under the shared gate: never during a rebuild.
-func (s *Service) stepGated(ctx context.Context, pool string) (qstore.DispatchResult, error) {
-	s.gate.RLock()
-	defer s.gate.RUnlock()
-	return s.step(ctx, pool)
+// rateTau is the time constant of a pool's dispatch rate estimate.
+const rateTau = 500 * time.Millisecond
+
+// rateEstimate is an exponentially decaying estimate of a pool's dispatch
+// rate (jobs/s); only its dispatch loop uses it.
+type rateEstimate struct {
+	perSec float64
+	at     time.Time
 }
 
-// step runs one dispatch step of pool and produces its records.
-func (s *Service) step(ctx context.Context, pool string) (qstore.DispatchResult, error) {
+// decayed is the estimate at now.
+func (r *rateEstimate) decayed(now time.Time) float64 {
+	if r.at.IsZero() || !now.After(r.at) {
+		return r.perSec
+	}
+	return r.perSec * math.Exp(-float64(now.Sub(r.at))/float64(rateTau))
+}
+
+// add counts n jobs dispatched at now.
+func (r *rateEstimate) add(now time.Time, n int) {
+	r.perSec = r.decayed(now) + float64(n)/rateTau.Seconds()
+	r.at = now
+}
+
+// prefetch is the pool's allowance beyond its live slots for the next step:
+// Prefetch, plus what it dispatched in the last PrefetchWindow (bandwidth ×
+// round trip), so the window grows with the rate jobs complete at and a pool
+// of slow jobs stays at Prefetch.
+func (s *Service) prefetch(r *rateEstimate) int {
+	if s.cfg.PrefetchWindow <= 0 {
+		return s.cfg.Prefetch
+	}
+	extra := r.decayed(s.cfg.Now()) * s.cfg.PrefetchWindow.Seconds()
+	return s.cfg.Prefetch + int(min(extra, float64(s.cfg.PrefetchMax)))
+}
+
+// stepGated is step under the shared gate: never during a rebuild. The gate
+// is held until the step's records are acknowledged (see step).
+func (s *Service) stepGated(ctx context.Context, pool string, prefetch int) (qstore.DispatchResult, error) {
+	s.gate.RLock()
+	return s.step(ctx, pool, prefetch, sync.OnceFunc(s.gate.RUnlock))
+}
+
+// step runs one dispatch step of pool with prefetch dispatches allowed
+// beyond its live slots, and produces its records without waiting for them:
+// the loop can lease the next jobs while they are acknowledged. Once every
+// record is acknowledged (or failed), a goroutine releases the jobs whose
+// dispatch could not be produced and acknowledges the expired jobs' dead
+// letters, then calls done. done is called exactly once, on every path.
+func (s *Service) step(ctx context.Context, pool string, prefetch int, done func()) (qstore.DispatchResult, error) {
 	// Once the step starts it runs to the end: a reply lost to a cancel
 	// would leave jobs leased but never handed out until their lease expires.
 	ctx = context.WithoutCancel(ctx)
 	res, err := s.store.Dispatch(ctx, qstore.DispatchParams{
-		Pool: pool, Now: s.cfg.Now(), Prefetch: s.cfg.Prefetch, MaxBatch: s.cfg.MaxBatch,
+		Pool: pool, Now: s.cfg.Now(), Prefetch: prefetch, MaxBatch: s.cfg.MaxBatch,
 		DispatchIDPrefix: schema.NewEventID(),
 	})
 	if err != nil || (len(res.Dispatched) == 0 && len(res.Expired) == 0) {
+		done()
 		return res, err
 	}
 	// Leased jobs are handed out even if ctx ends now; a lost produce is
 	// released below or recovered when the lease expires.
 	pctx, cancel := context.WithTimeout(ctx, produceTimeout)
-	defer cancel()
 	topic := s.deps.Topics.Dispatch(pool)
 	recs := make([]*kgo.Record, 0, len(res.Dispatched)+len(res.Expired))
 	owner := make(map[*kgo.Record]qstore.Template, cap(recs))
@@ -129,30 +175,60 @@ func (s *Service) step(ctx context.Context, pool string) (qstore.DispatchResult,
 		owner[rec] = t
 	}
 	s.observeDispatch(pctx, pool, res, recs, owner) // traces and metrics (observe.go)
-	var acks qstore.Batch
-	for _, r := range s.deps.Kafka.ProduceSync(pctx, recs...) {
-		t := owner[r.Record]
-		switch {
-		case r.Err != nil && t.DispatchID != "":
-			s.log.Warn("produce dispatch", "job_id", t.JobID, "err", r.Err)
-			release.Release(t.JobID, t.DispatchID)
-		case r.Err != nil:
-			s.log.Warn("produce dlq", "job_id", t.JobID, "err", r.Err)
-		case t.DispatchID == "":
-			acks.AckExpired(pool, t.JobID)
+
+	var (
+		mu   sync.Mutex
+		acks qstore.Batch
+		left atomic.Int64
+	)
+	finish := func() {
+		defer s.produces.Done()
+		defer done()
+		cancel()
+		actx, cancelA := context.WithTimeout(ctx, produceTimeout)
+		defer cancelA()
+		for _, b := range []*qstore.Batch{&release, &acks} {
+			if b.Len() == 0 {
+				continue
+			}
+			ar, err := s.store.Apply(actx, s.cfg.Now(), b)
+			if errors.Is(err, qstore.ErrNoEpoch) {
+				s.stateLost() // the rebuild recovers these jobs from their leases
+				return
+			}
+			if err != nil {
+				s.log.Error("dispatch step: settling produce results", "pool", pool, "err", err)
+				return
+			}
+			if ar.Wake {
+				s.wakeAll()
+			}
 		}
 	}
-	for _, b := range []*qstore.Batch{&release, &acks} {
-		if b.Len() == 0 {
-			continue
-		}
-		ar, err := s.store.Apply(pctx, s.cfg.Now(), b)
-		if err != nil {
-			return res, err
-		}
-		if ar.Wake {
-			s.wakeAll()
-		}
+	s.produces.Add(1)
+	if len(recs) == 0 {
+		finish()
+		return res, nil
+	}
+	left.Store(int64(len(recs)))
+	for _, rec := range recs {
+		s.deps.Kafka.Produce(pctx, rec, func(r *kgo.Record, err error) {
+			t := owner[r]
+			mu.Lock()
+			switch {
+			case err != nil && t.DispatchID != "":
+				s.log.Warn("produce dispatch", "job_id", t.JobID, "err", err)
+				release.Release(t.JobID, t.DispatchID)
+			case err != nil:
+				s.log.Warn("produce dlq", "job_id", t.JobID, "err", err)
+			case t.DispatchID == "":
+				acks.AckExpired(pool, t.JobID)
+			}
+			mu.Unlock()
+			if left.Add(-1) == 0 {
+				go finish() // never block the client's promise goroutine on Redis
+			}
+		})
 	}
 	return res, nil
 }

@@ -43,6 +43,9 @@ type Service struct {
 	lost chan struct{}
 	// owner identifies this replica as holder of the rebuild lock.
 	owner string
+	// produces counts dispatch steps whose records are not all
+	// acknowledged yet (dispatch.go); Run waits for them before returning.
+	produces sync.WaitGroup
 }
 
 var _ service.Component = (*Service)(nil)
@@ -127,7 +130,10 @@ func (s *Service) Run(ctx context.Context) error {
 		}
 		return err
 	}
-	opts := append(kafkax.Group(Group, s.Topics()...), kgo.BlockRebalanceOnPoll())
+	// Offsets are marked once a batch's effects are in Redis and its records
+	// in Kafka, and committed in the background (every second, on revoke and
+	// on close): a synchronous commit per batch would hold up the next poll.
+	opts := append(kafkax.MarkedGroup(Group, s.Topics()...), kgo.BlockRebalanceOnPoll())
 	cl, err := kafkax.NewClient(s.deps.KafkaConfig("scheduler"), opts...)
 	if err != nil {
 		return fmt.Errorf("scheduler: %w", err)
@@ -143,7 +149,9 @@ func (s *Service) Run(ctx context.Context) error {
 	for _, p := range s.cfg.Pools {
 		g.Go(func() error { return s.dispatchLoop(gctx, p) })
 	}
-	return g.Wait()
+	err = g.Wait()
+	s.produces.Wait()
+	return err
 }
 
 // wakeAll makes every dispatch loop run a step at once.

@@ -287,12 +287,15 @@ func (s *Service) cancelJob(c schema.Cancelled) {
 // pollLoop fetches dispatches into the bounded queue until ctx is done. It
 // never fetches more than the queue has room for; while the queue is full it
 // pauses fetching the dispatch topic (group heartbeats go on in the
-// background) and resumes as soon as a runner frees room.
+// background) and resumes once runners have emptied half of it: resuming
+// for every freed slot would drop the client's buffered fetch and start a
+// new one per job.
 func (s *Service) pollLoop(ctx context.Context) {
 	paused := false
+	low := cap(s.queue) / 2
 	for ctx.Err() == nil {
 		free := cap(s.queue) - len(s.queue)
-		if free <= 0 {
+		if free <= 0 || (paused && len(s.queue) > low) {
 			if !paused {
 				s.consumer.PauseFetchTopics(s.dispatchTopic)
 				paused = true

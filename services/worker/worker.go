@@ -26,7 +26,11 @@ type Config struct {
 	// Concurrency is how many handlers run at once. Defaults to 64.
 	Concurrency int
 	// QueueSize bounds the dispatches fetched but not yet started; while it
-	// is full the worker pauses fetching. Defaults to Concurrency.
+	// is full the worker pauses fetching, and resumes once it is half empty.
+	// It must hold what the scheduler dispatches beyond the free slots (its
+	// prefetch grows with the pool's rate, FERRY_SCHEDULER_PREFETCH_WINDOW):
+	// a queue smaller than that makes the worker pause and resume fetching
+	// all the time. Defaults to max(Concurrency, 1024).
 	QueueSize int
 	// WorkerID identifies this worker in events. Defaults to hostname-pid.
 	WorkerID string
@@ -62,7 +66,7 @@ func (c Config) WithDefaults() Config {
 		c.Concurrency = 64
 	}
 	if c.QueueSize == 0 {
-		c.QueueSize = c.Concurrency
+		c.QueueSize = max(c.Concurrency, 1024)
 	}
 	if c.WorkerID == "" {
 		host, _ := os.Hostname()
