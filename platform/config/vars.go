@@ -72,6 +72,7 @@ var Vars = []Var{
 	{"FERRY_WEBHOOKS_ENDPOINT_CONCURRENCY", "4", "Webhook requests in flight at once to one endpoint per replica, so a slow endpoint never holds every slot."},
 	{"FERRY_WEBHOOKS_DISABLE_AFTER", "24h", "An endpoint whose deliveries have all failed for this long is disabled (410 Gone disables at once)."},
 	{"FERRY_WEBHOOKS_SECRET_GRACE", "24h", "After a secret rotation, how long the old secret keeps signing alongside the new one."},
+	{"FERRY_WEBHOOKS_RETENTION", "720h", "How long the webhooks service keeps a finished (delivered, failed, cancelled) delivery and its attempts, and a job's queue and type after it was last seen or due to run; pending deliveries are never deleted."},
 
 	// dlq.
 	{"FERRY_DLQ_RETENTION", "720h", "How long the dlq service keeps an entry after its job was dead-lettered."},

@@ -21,6 +21,13 @@
 // Gone, or failures without a success for FERRY_WEBHOOKS_DISABLE_AFTER,
 // disable the endpoint. Delivery is at-least-once: receivers deduplicate on
 // the webhook-id header, which is the same on every retry.
+//
+// # Retention
+//
+// A periodic loop deletes, in bounded chunks, deliveries that reached a
+// final state (delivered, failed, cancelled) more than Config.Retention ago
+// with their attempts, and webhook_jobs rows neither seen nor due to run
+// within Config.Retention. Pending deliveries are kept however old.
 package webhooks
 
 import (
@@ -85,6 +92,18 @@ type Config struct {
 	Poll time.Duration
 	// MaxBatch bounds records per fan-out transaction. Defaults to 2000.
 	MaxBatch int
+	// Retention is how long a delivery (with its attempts) is kept after it
+	// reached a final state, and a webhook_jobs row after its job was last
+	// seen or due to run (FERRY_WEBHOOKS_RETENTION). Defaults to 720h (30
+	// days). Pending deliveries are never deleted.
+	Retention time.Duration
+	// RetentionInterval is how often expired rows are deleted. Defaults to 1m.
+	RetentionInterval time.Duration
+	// RetentionChunk bounds the rows one retention statement deletes.
+	// Defaults to 1000.
+	RetentionChunk int
+	// Now is the clock of the retention loop. Defaults to time.Now.
+	Now func() time.Time
 
 	loadErr error
 }
@@ -121,6 +140,18 @@ func (c Config) WithDefaults() Config {
 	if c.MaxBatch == 0 {
 		c.MaxBatch = 2000
 	}
+	if c.Retention == 0 {
+		c.Retention = 720 * time.Hour
+	}
+	if c.RetentionInterval == 0 {
+		c.RetentionInterval = time.Minute
+	}
+	if c.RetentionChunk == 0 {
+		c.RetentionChunk = 1000
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
 	return c
 }
 
@@ -151,6 +182,12 @@ func (c Config) Validate() error {
 	if c.SecretGrace < 0 {
 		errs = append(errs, errors.New("FERRY_WEBHOOKS_SECRET_GRACE must be ≥ 0"))
 	}
+	if c.Retention < time.Hour {
+		errs = append(errs, errors.New("FERRY_WEBHOOKS_RETENTION must be at least 1h"))
+	}
+	if c.RetentionInterval <= 0 || c.RetentionChunk < 1 {
+		errs = append(errs, errors.New("webhooks: RetentionInterval and RetentionChunk must be positive"))
+	}
 	return errors.Join(errs...)
 }
 
@@ -163,6 +200,7 @@ func LoadConfig(l *config.Loader) Config {
 		EndpointConcurrency: l.Int("FERRY_WEBHOOKS_ENDPOINT_CONCURRENCY"),
 		DisableAfter:        l.Duration("FERRY_WEBHOOKS_DISABLE_AFTER"),
 		SecretGrace:         l.Duration("FERRY_WEBHOOKS_SECRET_GRACE"),
+		Retention:           l.Duration("FERRY_WEBHOOKS_RETENTION"),
 	}
 	var errs []error
 	if l.IsSet("FERRY_SECRET_KEY") {
@@ -281,8 +319,9 @@ func (s *Service) Routes(r chi.Router) {
 	})
 }
 
-// Run runs the fan-out, the endpoint cache and the delivery loop until ctx
-// is done; in-flight deliveries finish (bounded by Timeout) and are recorded.
+// Run runs the fan-out, the endpoint cache, the delivery loop and the
+// retention loop until ctx is done; in-flight deliveries finish (bounded by
+// Timeout) and are recorded.
 func (s *Service) Run(ctx context.Context) error {
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
@@ -293,7 +332,33 @@ func (s *Service) Run(ctx context.Context) error {
 	})
 	g.Go(func() error { s.cache.Run(gctx, s.cfg.CacheRefresh); return nil })
 	g.Go(func() error { return s.loop.Run(gctx) })
+	g.Go(func() error { s.retain(gctx); return nil })
 	return g.Wait()
+}
+
+// retain deletes expired rows every RetentionInterval until ctx is done.
+func (s *Service) retain(ctx context.Context) {
+	t := time.NewTicker(s.cfg.RetentionInterval)
+	defer t.Stop()
+	for {
+		s.expireOnce(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (s *Service) expireOnce(ctx context.Context) {
+	deliveries, jobs, err := s.store.Expire(ctx, s.cfg.Now().Add(-s.cfg.Retention), s.cfg.RetentionChunk)
+	switch {
+	case err != nil && ctx.Err() == nil:
+		s.log.ErrorContext(ctx, "webhooks: retention failed", "err", err)
+	case deliveries > 0 || jobs > 0:
+		s.log.InfoContext(ctx, "webhooks: expired rows deleted", "deliveries", deliveries, "jobs", jobs,
+			"retention", s.cfg.Retention.String())
+	}
 }
 
 // refresh reloads the endpoint cache after a change made through this

@@ -162,15 +162,16 @@ func (c *Cache) Apply(ctx context.Context, tx pgx.Tx, recs []*kgo.Record) error 
 		}
 		if needsJob {
 			var spec *schema.JobSpec
+			var runAt time.Time
 			switch d := ev.Data.(type) {
 			case schema.Enqueued:
-				spec = &d.Job
+				spec, runAt = &d.Job, d.RunAt
 			case schema.DeadLettered:
 				spec = &d.Job
 			}
 			if spec != nil {
 				it.job = &policy.JobInfo{Queue: spec.Queue, Type: spec.Type}
-				jobs = append(jobs, store.JobRow{JobID: ev.Subject, TenantID: ev.Tenant, Queue: spec.Queue, Type: spec.Type})
+				jobs = append(jobs, store.JobRow{JobID: ev.Subject, TenantID: ev.Tenant, Queue: spec.Queue, Type: spec.Type, RunAt: runAt})
 			} else {
 				lookup = append(lookup, ev.Subject)
 			}

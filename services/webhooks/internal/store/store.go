@@ -211,21 +211,35 @@ func InsertDeliveries(ctx context.Context, tx pgx.Tx, ds []NewDelivery) error {
 }
 
 // JobRow is a job's queue and type.
-type JobRow struct{ JobID, TenantID, Queue, Type string }
+type JobRow struct {
+	JobID, TenantID, Queue, Type string
+	// RunAt is when the attempt that named the job may start (zero: unknown);
+	// the row is kept until Retention after it, so a job scheduled far
+	// ahead is still matched by filtered endpoints when it runs.
+	RunAt time.Time
+}
 
-// UpsertJobs remembers the queue and type of jobs.
+// UpsertJobs remembers the queue and type of jobs. A job seen again (a
+// retry) keeps its queue and type, and its row's retention starts over.
 func UpsertJobs(ctx context.Context, tx pgx.Tx, js []JobRow) error {
 	if len(js) == 0 {
 		return nil
 	}
 	ids, tenants, queues, types := make([]string, len(js)), make([]string, len(js)), make([]string, len(js)), make([]string, len(js))
+	runAts := make([]*time.Time, len(js))
 	for i, j := range js {
 		ids[i], tenants[i], queues[i], types[i] = j.JobID, j.TenantID, j.Queue, j.Type
+		if !j.RunAt.IsZero() {
+			runAts[i] = &js[i].RunAt
+		}
 	}
 	_, err := tx.Exec(ctx, `
-		INSERT INTO webhook_jobs (job_id, tenant_id, queue, type)
-		SELECT DISTINCT ON (id) id, t, q, ty FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) AS x(id, t, q, ty)
-		ON CONFLICT (job_id) DO NOTHING`, ids, tenants, queues, types)
+		INSERT INTO webhook_jobs (job_id, tenant_id, queue, type, run_at)
+		SELECT DISTINCT ON (id) id, t, q, ty, r
+		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::timestamptz[]) AS x(id, t, q, ty, r)
+		ORDER BY id, r DESC NULLS LAST
+		ON CONFLICT (job_id) DO UPDATE SET updated_at = now(),
+			run_at = GREATEST(webhook_jobs.run_at, EXCLUDED.run_at)`, ids, tenants, queues, types, runAts)
 	if err != nil {
 		return fmt.Errorf("store: upsert jobs: %w", err)
 	}
@@ -406,4 +420,45 @@ func (s *Store) Deliveries(ctx context.Context, tenant, endpointID string, curso
 			&d.LastError, &d.NextAttemptAt, &d.DeliveredAt, &d.CreatedAt)
 		return d, err
 	})
+}
+
+// Final delivery statuses, as the retention index (migration 0002) lists them.
+const finalStatuses = `('delivered', 'failed', 'cancelled')`
+
+// Expire deletes, in statements of at most chunk rows, the deliveries that
+// reached a final state (delivered, failed, cancelled) before cutoff with
+// their attempts (ON DELETE CASCADE), and the webhook_jobs rows neither
+// seen nor due to run since cutoff. Pending deliveries are never deleted,
+// however old. It returns how many deliveries and job rows it deleted.
+func (s *Store) Expire(ctx context.Context, cutoff time.Time, chunk int) (deliveries, jobs int64, err error) {
+	deliveries, err = deleteChunks(ctx, s.pool, `
+		DELETE FROM webhook_deliveries WHERE id IN (
+			SELECT id FROM webhook_deliveries
+			WHERE status IN `+finalStatuses+` AND updated_at < $1 LIMIT $2)`, cutoff, chunk)
+	if err != nil {
+		return deliveries, 0, fmt.Errorf("store: expire deliveries: %w", err)
+	}
+	jobs, err = deleteChunks(ctx, s.pool, `
+		DELETE FROM webhook_jobs WHERE job_id IN (
+			SELECT job_id FROM webhook_jobs WHERE GREATEST(updated_at, run_at) < $1 LIMIT $2)`, cutoff, chunk)
+	if err != nil {
+		return deliveries, jobs, fmt.Errorf("store: expire jobs: %w", err)
+	}
+	return deliveries, jobs, nil
+}
+
+// deleteChunks runs a DELETE of at most chunk rows ($2) until it deletes
+// fewer, and returns the rows deleted in all.
+func deleteChunks(ctx context.Context, pool *pgxpool.Pool, sql string, cutoff time.Time, chunk int) (int64, error) {
+	var total int64
+	for {
+		tag, err := pool.Exec(ctx, sql, cutoff, chunk)
+		if err != nil {
+			return total, err
+		}
+		total += tag.RowsAffected()
+		if tag.RowsAffected() < int64(chunk) {
+			return total, nil
+		}
+	}
 }
