@@ -63,7 +63,7 @@ func NewClient(cfg Config, extra ...kgo.Opt) (*kgo.Client, error) {
 		kgo.ProducerLinger(cfg.Linger),
 		kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)),
 		kgo.ProducerBatchCompression(kgo.NoCompression()),
-		kgo.WithHooks(kotel.NewKotel(kotel.WithTracer(Tracer(kotel.ClientID(id)))).Hooks()...),
+		kgo.WithHooks(hooks{t: Tracer(kotel.ClientID(id))}),
 	}
 	opts = append(opts, extra...)
 	cl, err := kgo.NewClient(opts...)

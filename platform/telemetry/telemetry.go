@@ -23,6 +23,8 @@ import (
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.26.0"
+
+	"github.com/ferryhq/ferry/platform/kafkax"
 )
 
 // Options configures Setup.
@@ -78,6 +80,8 @@ func Setup(ctx context.Context, o Options) (*Telemetry, error) {
 		// rates), else parent-based always-on.
 		tpOpts = append(tpOpts, sdktrace.WithSampler(sdktrace.NeverSample()))
 	}
+	// Kafka hooks only propagate trace context when nothing is recorded.
+	kafkax.SetPropagateOnly(o.OTLPEndpoint == "" && o.SpanExporter == nil)
 	tp := sdktrace.NewTracerProvider(tpOpts...)
 	otel.SetTracerProvider(tp)
 	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))

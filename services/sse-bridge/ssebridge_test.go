@@ -623,3 +623,44 @@ func TestManyIdleStreams(t *testing.T) {
 		c.expect(t, "job_one/enqueued")
 	}
 }
+
+// TestJobRowWrittenOnlyWhenItChanges checks that sse_jobs is rewritten only
+// by events that change it: the first event, the enqueued attributes and
+// the terminal event, not started or progress events of a known job.
+func TestJobRowWrittenOnlyWhenItChanges(t *testing.T) {
+	b := setup(t, Config{}, nil)
+	row := func(id string) (xmin, queue string, term *int64) {
+		t.Helper()
+		if err := b.deps.Postgres.QueryRow(context.Background(),
+			`SELECT xmin::text, queue, terminal_seq FROM sse_jobs WHERE job_id = $1`, id).Scan(&xmin, &queue, &term); err != nil {
+			t.Fatal(err)
+		}
+		return xmin, queue, term
+	}
+
+	j := job{id: "job_rows", tenant: "acme", queue: "default", typ: "email"}
+	b.produceLogged(t, j.enqueued())
+	x0, q, term := row(j.id)
+	if q != "default" || term != nil {
+		t.Fatalf("after enqueued: queue %q terminal %v", q, term)
+	}
+	b.produceLogged(t, j.started(), j.progress(50, ""))
+	if x1, _, _ := row(j.id); x1 != x0 {
+		t.Fatalf("started/progress rewrote the job row (xmin %s → %s)", x0, x1)
+	}
+	b.produceLogged(t, j.completed())
+	if x2, _, term := row(j.id); x2 == x0 || term == nil {
+		t.Fatalf("completed: xmin %s → %s, terminal %v; want a rewrite with terminal_seq", x0, x2, term)
+	}
+
+	// Attributes arriving after the job's first event still reach the row.
+	late := job{id: "job_late", tenant: "acme", queue: "bulk", typ: "sms"}
+	b.produceLogged(t, late.started())
+	if _, q, _ := row(late.id); q != "" {
+		t.Fatalf("queue before enqueued = %q", q)
+	}
+	b.produceLogged(t, late.enqueued())
+	if _, q, _ := row(late.id); q != "bulk" {
+		t.Fatalf("queue after enqueued = %q, want bulk", q)
+	}
+}

@@ -4,7 +4,6 @@
 package eventlog
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"embed"
@@ -84,13 +83,10 @@ func (l *Log) Apply(ctx context.Context, tx pgx.Tx, recs []*kgo.Record) error {
 			continue
 		}
 		seen[e.ID] = true
-		var compact bytes.Buffer
-		if err := json.Compact(&compact, r.Value); err != nil {
-			continue // Decode accepted it, so this cannot happen
-		}
 		ref := lc.Ref()
+		// Marshal compacts a RawMessage itself (Decode accepted it as JSON).
 		wire, err := json.Marshal(wireEvent{ID: e.ID, Type: string(lc.EventType()), Time: e.Time.UTC(),
-			JobID: ref.JobID, TenantID: ref.TenantID, Attempt: ref.Attempt, Data: compact.Bytes()})
+			JobID: ref.JobID, TenantID: ref.TenantID, Attempt: ref.Attempt, Data: r.Value})
 		if err != nil {
 			return err
 		}
@@ -120,16 +116,23 @@ func (l *Log) Apply(ctx context.Context, tx pgx.Tx, recs []*kgo.Record) error {
 		ref := e.data.Ref()
 		j := jobs[ref.JobID]
 		if j == nil {
-			j = &jobRow{tenant: ref.TenantID}
+			// Not logged yet: the row is inserted.
+			j = &jobRow{tenant: ref.TenantID, dirty: true}
 			jobs[ref.JobID] = j
 		}
 		if j.tenant != ref.TenantID {
 			l.log.Warn("sse-bridge: dropping event whose tenant disagrees with its job", "job_id", ref.JobID, "ce_id", e.meta.ID)
 			continue
 		}
-		j.dirty = true
+		// An event of a known job rewrites its row only when it changes
+		// something (attributes, terminal_seq below) or when last_at, which
+		// retention reads, is older than lastAtRefresh.
+		if j.stale {
+			j.dirty = true
+		}
 		if enq, ok := e.data.(schema.Enqueued); ok && j.queue == "" {
 			j.queue, j.jobType, j.tags = enq.Job.Queue, enq.Job.Type, enq.Job.Tags
+			j.dirty = true
 		}
 		if j.terminal || j.terminalSeq != nil {
 			continue
@@ -158,8 +161,17 @@ type jobRow struct {
 	tags                   []string
 	terminalSeq            *int64
 	terminal               bool // a terminal event is in this batch
-	dirty                  bool
+	stale                  bool // last_at is older than lastAtRefresh
+	dirty                  bool // the row must be written
 }
+
+// lastAtRefresh bounds how stale an sse_jobs row's last_at may get while
+// its job still has events: rows are rewritten only when an event changes
+// them (a new job, its enqueued attributes, its terminal seq) or last_at is
+// older than this, so retention (FERRY_SSE_RETENTION, at least 1m) deletes
+// a job's row at most this much earlier than "retention after its last
+// event", and a started event costs no write.
+const lastAtRefresh = "10 seconds"
 
 func loadJobs(ctx context.Context, tx pgx.Tx, evs []decoded) (map[string]*jobRow, error) {
 	ids := make([]string, 0, len(evs))
@@ -168,7 +180,8 @@ func loadJobs(ctx context.Context, tx pgx.Tx, evs []decoded) (map[string]*jobRow
 	}
 	slices.Sort(ids)
 	ids = slices.Compact(ids)
-	rows, err := tx.Query(ctx, `SELECT job_id, tenant, queue, job_type, tags, terminal_seq FROM sse_jobs WHERE job_id = ANY($1)`, ids)
+	rows, err := tx.Query(ctx, `SELECT job_id, tenant, queue, job_type, tags, terminal_seq, last_at < now() - interval '`+lastAtRefresh+`'
+		FROM sse_jobs WHERE job_id = ANY($1)`, ids)
 	if err != nil {
 		return nil, fmt.Errorf("eventlog: load jobs: %w", err)
 	}
@@ -177,7 +190,7 @@ func loadJobs(ctx context.Context, tx pgx.Tx, evs []decoded) (map[string]*jobRow
 	for rows.Next() {
 		var id string
 		j := &jobRow{}
-		if err := rows.Scan(&id, &j.tenant, &j.queue, &j.jobType, &j.tags, &j.terminalSeq); err != nil {
+		if err := rows.Scan(&id, &j.tenant, &j.queue, &j.jobType, &j.tags, &j.terminalSeq, &j.stale); err != nil {
 			return nil, err
 		}
 		out[id] = j
@@ -214,6 +227,7 @@ func insertEvents(ctx context.Context, tx pgx.Tx, evs []decoded, jobs map[string
 		}
 		if j := jobs[job]; j != nil && hub.IsTerminal(schema.EventType(et)) && j.terminalSeq == nil {
 			j.terminalSeq = &seq
+			j.dirty = true
 		}
 	}
 	if err := rows.Err(); err != nil {

@@ -1,0 +1,74 @@
+package kafkax
+
+import (
+	"context"
+	"sync/atomic"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/plugin/kotel"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// propagateOnly is set when no span can be recorded (see SetPropagateOnly).
+var propagateOnly atomic.Bool
+
+// SetPropagateOnly tells the clients' hooks whether no span is ever
+// recorded (the telemetry package sets it when it installs a NeverSample
+// tracer provider because nothing would receive spans). Then the hooks only
+// propagate the trace context, instead of starting and ending a
+// non-recording kotel span per produced and fetched record: a fetched
+// record's Context carries the producer's span context, and a record
+// produced under a context with a valid span context gets that traceparent,
+// so a job keeps one trace id across every hop as before. A record produced
+// without a span context still goes through kotel, which starts a new
+// (unrecorded) root so the trace id exists.
+func SetPropagateOnly(on bool) { propagateOnly.Store(on) }
+
+// hooks wraps kotel's tracer hooks with the propagate-only fast path.
+type hooks struct{ t *kotel.Tracer }
+
+var (
+	_ kgo.HookProduceRecordBuffered   = hooks{}
+	_ kgo.HookProduceRecordUnbuffered = hooks{}
+	_ kgo.HookFetchRecordBuffered     = hooks{}
+	_ kgo.HookFetchRecordUnbuffered   = hooks{}
+)
+
+func (h hooks) OnProduceRecordBuffered(r *kgo.Record) {
+	if propagateOnly.Load() && r.Context != nil {
+		if sc := trace.SpanContextFromContext(r.Context); sc.IsValid() {
+			otel.GetTextMapPropagator().Inject(r.Context, kotel.NewRecordCarrier(r))
+			return
+		}
+	}
+	h.t.OnProduceRecordBuffered(r)
+}
+
+func (h hooks) OnProduceRecordUnbuffered(r *kgo.Record, err error) {
+	// Ends the span of the buffered hook; on the fast path r.Context's span
+	// is the caller's non-recording one, whose End does nothing.
+	if propagateOnly.Load() && !trace.SpanFromContext(r.Context).IsRecording() {
+		return
+	}
+	h.t.OnProduceRecordUnbuffered(r, err)
+}
+
+func (h hooks) OnFetchRecordBuffered(r *kgo.Record) {
+	if propagateOnly.Load() {
+		ctx := r.Context
+		if ctx == nil {
+			ctx = context.Background()
+		}
+		r.Context = otel.GetTextMapPropagator().Extract(ctx, kotel.NewRecordCarrier(r))
+		return
+	}
+	h.t.OnFetchRecordBuffered(r)
+}
+
+func (h hooks) OnFetchRecordUnbuffered(r *kgo.Record, polled bool) {
+	if propagateOnly.Load() && !trace.SpanFromContext(r.Context).IsRecording() {
+		return // no span was started, or it records nothing
+	}
+	h.t.OnFetchRecordUnbuffered(r, polled)
+}
