@@ -200,18 +200,7 @@ func (s *Service) Run(ctx context.Context) error {
 			Logger:   s.log,
 		}, s.store.Apply)
 	})
-	g.Go(func() error {
-		t := time.NewTicker(s.cfg.MaintenanceInterval)
-		defer t.Stop()
-		for {
-			s.Maintain(gctx)
-			select {
-			case <-gctx.Done():
-				return nil
-			case <-t.C:
-			}
-		}
-	})
+	g.Go(func() error { service.Every(gctx, s.cfg.MaintenanceInterval, s.Maintain); return nil })
 	return g.Wait()
 }
 

@@ -219,22 +219,8 @@ func (s *Service) Run(ctx context.Context) error {
 			Logger:   s.log,
 		}, s.store.Apply)
 	})
-	g.Go(func() error { s.retain(ctx); return nil })
+	g.Go(func() error { service.Every(ctx, s.cfg.RetentionInterval, s.expireOnce); return nil })
 	return g.Wait()
-}
-
-// retain deletes expired entries every RetentionInterval until ctx is done.
-func (s *Service) retain(ctx context.Context) {
-	t := time.NewTicker(s.cfg.RetentionInterval)
-	defer t.Stop()
-	for {
-		s.expireOnce(ctx)
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
 }
 
 func (s *Service) expireOnce(ctx context.Context) {

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ferryhq/ferry/platform/pgstore"
+	"github.com/ferryhq/ferry/platform/service"
 	"github.com/ferryhq/ferry/services/scheduler/internal/qstore"
 )
 
@@ -32,18 +33,12 @@ func (s *Service) syncLoop(ctx context.Context) error {
 	if s.deps.Postgres == nil {
 		return nil // no tenants table: every tenant has weight 1, no max_running
 	}
-	t := time.NewTicker(s.cfg.SettingsRefresh)
-	defer t.Stop()
-	for {
+	service.Every(ctx, s.cfg.SettingsRefresh, func(ctx context.Context) {
 		if err := s.syncSettings(ctx); err != nil && ctx.Err() == nil {
 			s.log.Warn("syncing tenant settings into Redis", "err", err)
 		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
-	}
+	})
+	return nil
 }
 
 // syncSettings copies every tenant's weight and max_running, and every

@@ -224,24 +224,16 @@ func (s *Service) Run(ctx context.Context) error {
 		})
 	}
 	g.Go(func() error { return s.tailer.Run(ctx) })
-	g.Go(func() error { s.prune(ctx); return nil })
+	g.Go(func() error { service.Every(ctx, s.cfg.PruneInterval, s.prune); return nil })
 	return g.Wait()
 }
 
+// prune deletes events older than the retention window.
 func (s *Service) prune(ctx context.Context) {
-	t := time.NewTicker(s.cfg.PruneInterval)
-	defer t.Stop()
-	for {
-		n, err := s.events.Prune(ctx, s.cfg.Now().Add(-s.cfg.Retention))
-		if err != nil && ctx.Err() == nil {
-			s.log.Warn("sse-bridge: retention failed", "err", err)
-		} else if n > 0 {
-			s.log.Debug("sse-bridge: retention", "deleted", n)
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	n, err := s.events.Prune(ctx, s.cfg.Now().Add(-s.cfg.Retention))
+	if err != nil && ctx.Err() == nil {
+		s.log.Warn("sse-bridge: retention failed", "err", err)
+	} else if n > 0 {
+		s.log.Debug("sse-bridge: retention", "deleted", n)
 	}
 }

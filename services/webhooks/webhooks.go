@@ -332,22 +332,8 @@ func (s *Service) Run(ctx context.Context) error {
 	})
 	g.Go(func() error { s.cache.Run(gctx, s.cfg.CacheRefresh); return nil })
 	g.Go(func() error { return s.loop.Run(gctx) })
-	g.Go(func() error { s.retain(gctx); return nil })
+	g.Go(func() error { service.Every(gctx, s.cfg.RetentionInterval, s.expireOnce); return nil })
 	return g.Wait()
-}
-
-// retain deletes expired rows every RetentionInterval until ctx is done.
-func (s *Service) retain(ctx context.Context) {
-	t := time.NewTicker(s.cfg.RetentionInterval)
-	defer t.Stop()
-	for {
-		s.expireOnce(ctx)
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
 }
 
 func (s *Service) expireOnce(ctx context.Context) {
