@@ -169,6 +169,18 @@ func (b *Bench) checkLog(ctx context.Context, from Offsets, withFailed bool) (lo
 
 // settle fills lost and duplicated of r from the accepted ids, the
 // projection rows and the log.
+// account checks the log from the offsets before the workload and settles
+// lost and duplicated jobs into r, returning the notes of both and what the
+// log held.
+func (b *Bench) account(ctx context.Context, r *Result, from Offsets, withFailed bool, ids []string, rows map[string]JobRow) ([]string, logCheck) {
+	lc, err := b.checkLog(ctx, from, withFailed)
+	var notes []string
+	if err != nil {
+		notes = append(notes, "log check: "+err.Error())
+	}
+	return append(notes, settle(r, ids, rows, lc)...), lc
+}
+
 func settle(r *Result, ids []string, rows map[string]JobRow, lc logCheck) (notes []string) {
 	var lost, dup, restarted int
 	for _, id := range ids {
@@ -286,11 +298,8 @@ func (b *Bench) throughput(ctx context.Context) Result {
 	p := Summarize(lat)
 	r.setPercentiles(p)
 	notes = append(notes, "p*_ms: submission → completion per job", fmt.Sprintf("%d concurrent clients, batches of 1000", b.clients))
-	lc, err := b.checkLog(ctx, before.Kafka, false)
-	if err != nil {
-		notes = append(notes, "log check: "+err.Error())
-	}
-	notes = append(notes, settle(&r, padIDs(ids, n), rows, lc)...)
+	accounted, _ := b.account(ctx, &r, before.Kafka, false, padIDs(ids, n), rows)
+	notes = append(notes, accounted...)
 	s, detail := b.probe.perJob(before, after, len(ids))
 	notes = append(notes, s)
 	r.extraRecords = map[string]any{"counters": detail}
@@ -415,11 +424,8 @@ func (b *Bench) latency(ctx context.Context) Result {
 	if firstErr != nil {
 		notes = append(notes, "first submit error: "+firstErr.Error())
 	}
-	lc, err := b.checkLog(ctx, before.Kafka, false)
-	if err != nil {
-		notes = append(notes, "log check: "+err.Error())
-	}
-	notes = append(notes, settle(&r, padIDs(ids, n), rows, lc)...)
+	accounted, _ := b.account(ctx, &r, before.Kafka, false, padIDs(ids, n), rows)
+	notes = append(notes, accounted...)
 	r.Notes = strings.Join(append(notes, b.noise), "; ")
 	return r
 }
@@ -487,11 +493,8 @@ func (b *Bench) delayed(ctx context.Context) Result {
 		notes = append(notes, fmt.Sprintf("earliest start %.1f ms before run_at", -Ms(worstEarly)))
 	}
 	notes = append(notes, errs[:min(3, len(errs))]...)
-	lc, err := b.checkLog(ctx, before.Kafka, false)
-	if err != nil {
-		notes = append(notes, "log check: "+err.Error())
-	}
-	notes = append(notes, settle(&r, padIDs(ids, n), rows, lc)...)
+	accounted, _ := b.account(ctx, &r, before.Kafka, false, padIDs(ids, n), rows)
+	notes = append(notes, accounted...)
 	r.Notes = strings.Join(append(notes, b.noise), "; ")
 	return r
 }
@@ -548,11 +551,8 @@ func (b *Bench) retry(ctx context.Context) Result {
 	notes = append(notes, "p*_ms: submission → completion per job",
 		"fail handler {times:1}, backoff base=max=1s, jitter 0: a constant 1 s retry delay, as Asynq tuned was measured")
 	notes = append(notes, errs[:min(3, len(errs))]...)
-	lc, err := b.checkLog(ctx, before.Kafka, true)
-	if err != nil {
-		notes = append(notes, "log check: "+err.Error())
-	}
-	notes = append(notes, settle(&r, padIDs(ids, n), rows, lc)...)
+	accounted, lc := b.account(ctx, &r, before.Kafka, true, padIDs(ids, n), rows)
+	notes = append(notes, accounted...)
 	// Exactly two attempts each: one failure of attempt 1, one completion of attempt 2.
 	var wrong int
 	for _, id := range ids {
