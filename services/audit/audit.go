@@ -79,30 +79,14 @@ type Config struct {
 
 // WithDefaults returns c with zero fields set to their defaults.
 func (c Config) WithDefaults() Config {
-	if c.Retention == 0 {
-		c.Retention = 8760 * time.Hour
-	}
-	if c.PartitionsAhead == 0 {
-		c.PartitionsAhead = 3
-	}
-	if c.MaintenanceInterval == 0 {
-		c.MaintenanceInterval = 24 * time.Hour
-	}
-	if c.ProjectionBatch == 0 {
-		c.ProjectionBatch = 2000
-	}
-	if c.PageLimit == 0 {
-		c.PageLimit = 100
-	}
-	if c.MaxPageLimit == 0 {
-		c.MaxPageLimit = 1000
-	}
-	if c.ExportBatch == 0 {
-		c.ExportBatch = 1000
-	}
-	if c.VerifyBatch == 0 {
-		c.VerifyBatch = 5000
-	}
+	config.Default(&c.Retention, 8760*time.Hour)
+	config.Default(&c.PartitionsAhead, 3)
+	config.Default(&c.MaintenanceInterval, 24*time.Hour)
+	config.Default(&c.ProjectionBatch, 2000)
+	config.Default(&c.PageLimit, 100)
+	config.Default(&c.MaxPageLimit, 1000)
+	config.Default(&c.ExportBatch, 1000)
+	config.Default(&c.VerifyBatch, 5000)
 	if c.Now == nil {
 		c.Now = time.Now
 	}

@@ -88,31 +88,16 @@ type Config struct {
 
 // WithDefaults returns c with zero fields set to their defaults.
 func (c Config) WithDefaults() Config {
-	def := func(d *time.Duration, v time.Duration) {
-		if *d == 0 {
-			*d = v
-		}
-	}
-	def(&c.Retention, 720*time.Hour)
-	def(&c.RetentionInterval, time.Minute)
-	def(&c.ClaimTTL, 30*time.Second)
-	def(&c.ProduceTimeout, 10*time.Second)
-	def(&c.ClaimWait, 5*time.Second)
-	if c.RedriveRate == 0 {
-		c.RedriveRate = 500
-	}
-	if c.BulkBatch == 0 {
-		c.BulkBatch = 500
-	}
-	if c.BulkMax == 0 {
-		c.BulkMax = 10000
-	}
-	if c.MaxPayloadBytes == 0 {
-		c.MaxPayloadBytes = 262144
-	}
-	if c.ProjectionBatch == 0 {
-		c.ProjectionBatch = 2000
-	}
+	config.Default(&c.Retention, 720*time.Hour)
+	config.Default(&c.RetentionInterval, time.Minute)
+	config.Default(&c.ClaimTTL, 30*time.Second)
+	config.Default(&c.ProduceTimeout, 10*time.Second)
+	config.Default(&c.ClaimWait, 5*time.Second)
+	config.Default(&c.RedriveRate, 500)
+	config.Default(&c.BulkBatch, 500)
+	config.Default(&c.BulkMax, 10000)
+	config.Default(&c.MaxPayloadBytes, 262144)
+	config.Default(&c.ProjectionBatch, 2000)
 	if c.Now == nil {
 		c.Now = time.Now
 	}

@@ -79,26 +79,15 @@ type Config struct {
 
 // WithDefaults returns c with zero fields set to their defaults.
 func (c Config) WithDefaults() Config {
-	def := func(d *time.Duration, v time.Duration) {
-		if *d == 0 {
-			*d = v
-		}
-	}
-	def(&c.Retention, 24*time.Hour)
-	def(&c.KeepAlive, 15*time.Second)
-	def(&c.WriteTimeout, 10*time.Second)
-	def(&c.JobGrace, 2*time.Second)
-	def(&c.Poll, 100*time.Millisecond)
-	def(&c.PruneInterval, time.Minute)
-	if c.Buffer == 0 {
-		c.Buffer = 256
-	}
-	if c.MaxLag == 0 {
-		c.MaxLag = 8 * c.Buffer
-	}
-	if c.ProjectionBatch == 0 {
-		c.ProjectionBatch = 2000
-	}
+	config.Default(&c.Retention, 24*time.Hour)
+	config.Default(&c.KeepAlive, 15*time.Second)
+	config.Default(&c.WriteTimeout, 10*time.Second)
+	config.Default(&c.JobGrace, 2*time.Second)
+	config.Default(&c.Poll, 100*time.Millisecond)
+	config.Default(&c.PruneInterval, time.Minute)
+	config.Default(&c.Buffer, 256)
+	config.Default(&c.MaxLag, 8*c.Buffer)
+	config.Default(&c.ProjectionBatch, 2000)
 	if c.Now == nil {
 		c.Now = time.Now
 	}
