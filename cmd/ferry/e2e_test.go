@@ -1,9 +1,7 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -89,30 +87,11 @@ func startStack(t *testing.T, env map[string]string) *e2e {
 
 func (e *e2e) call(method, path string, body any, headers ...string) (int, map[string]any) {
 	e.t.Helper()
-	var rd io.Reader
-	if body != nil {
-		b, _ := json.Marshal(body)
-		rd = bytes.NewReader(b)
+	r := testenv.Call(e.t, e.base, e.key, method, path, body, headers...)
+	if len(r.Raw) > 0 && r.Body == nil {
+		e.t.Fatalf("%s %s: %d answered no JSON object: %s", method, path, r.Status, r.Raw)
 	}
-	req, _ := http.NewRequest(method, e.base+path, rd)
-	req.Header.Set("Authorization", "Bearer "+e.key)
-	req.Header.Set("Content-Type", "application/json")
-	for i := 0; i+1 < len(headers); i += 2 {
-		req.Header.Set(headers[i], headers[i+1])
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	raw, _ := io.ReadAll(resp.Body)
-	var out map[string]any
-	if len(raw) > 0 {
-		if err := json.Unmarshal(raw, &out); err != nil {
-			e.t.Fatalf("%s %s: %d %s", method, path, resp.StatusCode, raw)
-		}
-	}
-	return resp.StatusCode, out
+	return r.Status, r.Body
 }
 
 func (e *e2e) submit(job map[string]any, headers ...string) string {

@@ -8,9 +8,6 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/url"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -384,55 +381,9 @@ func produceAuditBacklog(t *testing.T, c *cluster, tenant string, n int) (events
 // service answers /readyz.
 func startAudit(c *cluster, name string, ready bool) (*proc, string) {
 	c.t.Helper()
-	addr := freeAddr(c.t)
-	var env []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "FERRY_") {
-			env = append(env, kv)
-		}
-	}
-	for k, v := range c.env {
-		env = append(env, k+"="+v)
-	}
-	env = append(env, "FERRY_HTTP_ADDR="+addr)
-	logPath := filepath.Join(c.t.TempDir(), name+".log")
-	f, err := os.Create(logPath)
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	cmd := exec.Command(bins["audit"])
-	cmd.Env = env
-	cmd.Stdout, cmd.Stderr = f, f
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		f.Close()
-		c.t.Fatalf("start %s: %v", name, err)
-	}
-	p := &proc{name: name, cmd: cmd, logPath: logPath, done: make(chan struct{})}
-	go func() {
-		p.exitErr = cmd.Wait()
-		p.exitAt = time.Now()
-		f.Close()
-		close(p.done)
-	}()
-	c.mu.Lock()
-	c.procs = append(c.procs, p)
-	c.mu.Unlock()
-	base := "http://" + addr
+	p, base := c.spawn("audit", name, nil)
 	if ready {
-		waitFor(c.t, 60*time.Second, name+" ready", func() bool {
-			select {
-			case <-p.done:
-				c.t.Fatalf("%s exited during start-up: %v\n%s", name, p.exitErr, tail(logPath, 40))
-			default:
-			}
-			resp, err := http.Get(base + "/readyz")
-			if err != nil {
-				return false
-			}
-			resp.Body.Close()
-			return resp.StatusCode == http.StatusOK
-		})
+		c.waitReady(p, base)
 	}
 	return p, base
 }

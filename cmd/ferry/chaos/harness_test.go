@@ -3,10 +3,8 @@ package chaos_test
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -151,6 +149,19 @@ func freeAddr(t *testing.T) string {
 // settings, and waits until it answers /readyz.
 func (c *cluster) start(svc, name string, extra map[string]string) *proc {
 	c.t.Helper()
+	p, base := c.spawn(svc, name, extra)
+	c.waitReady(p, base)
+	if svc == "api" {
+		c.apiBase = base
+	}
+	return p
+}
+
+// spawn runs the service binary svc as a child named name with the
+// cluster's settings plus extra, on a free port, and returns it and its base
+// URL without waiting for it.
+func (c *cluster) spawn(svc, name string, extra map[string]string) (*proc, string) {
+	c.t.Helper()
 	addr := freeAddr(c.t)
 	var env []string
 	for _, kv := range os.Environ() {
@@ -188,23 +199,25 @@ func (c *cluster) start(svc, name string, extra map[string]string) *proc {
 	c.mu.Lock()
 	c.procs = append(c.procs, p)
 	c.mu.Unlock()
-	waitFor(c.t, 60*time.Second, name+" ready", func() bool {
+	return p, "http://" + addr
+}
+
+// waitReady waits until p answers /readyz at base, failing if it exits.
+func (c *cluster) waitReady(p *proc, base string) {
+	c.t.Helper()
+	waitFor(c.t, 60*time.Second, p.name+" ready", func() bool {
 		select {
 		case <-p.done:
-			c.t.Fatalf("%s exited during start-up: %v\n%s", name, p.exitErr, tail(logPath, 40))
+			c.t.Fatalf("%s exited during start-up: %v\n%s", p.name, p.exitErr, tail(p.logPath, 40))
 		default:
 		}
-		resp, err := http.Get("http://" + addr + "/readyz")
+		resp, err := http.Get(base + "/readyz")
 		if err != nil {
 			return false
 		}
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusOK
 	})
-	if svc == "api" {
-		c.apiBase = "http://" + addr
-	}
-	return p
 }
 
 // startAPI starts the api, creates the test tenant and starts recording
@@ -307,27 +320,11 @@ func tail(path string, n int) string {
 // call does an authenticated request to the api.
 func (c *cluster) call(method, path string, body any) (int, map[string]any) {
 	c.t.Helper()
-	var rd io.Reader
-	if body != nil {
-		b, _ := json.Marshal(body)
-		rd = bytes.NewReader(b)
+	r := testenv.Call(c.t, c.apiBase, c.key, method, path, body)
+	if len(r.Raw) > 0 && r.Body == nil {
+		c.t.Fatalf("%s %s: %d answered no JSON object: %s", method, path, r.Status, r.Raw)
 	}
-	req, _ := http.NewRequest(method, c.apiBase+path, rd)
-	req.Header.Set("Authorization", "Bearer "+c.key)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	raw, _ := io.ReadAll(resp.Body)
-	var out map[string]any
-	if len(raw) > 0 {
-		if err := json.Unmarshal(raw, &out); err != nil {
-			c.t.Fatalf("%s %s: %d %s", method, path, resp.StatusCode, raw)
-		}
-	}
-	return resp.StatusCode, out
+	return r.Status, r.Body
 }
 
 // submit submits jobs in one batch and returns their ids.
