@@ -220,3 +220,13 @@ func serviceName(name string, c config.Common) string {
 	}
 	return "ferry-" + name
 }
+
+// Log returns the logger of the service named name: deps' logger (the
+// default one when unset) tagged with the service.
+func (d *Deps) Log(name string, attrs ...any) *slog.Logger {
+	l := d.Logger
+	if l == nil {
+		l = slog.Default()
+	}
+	return l.With(append([]any{"service", name}, attrs...)...)
+}

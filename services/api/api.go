@@ -188,11 +188,7 @@ func New(deps *service.Deps, cfg Config) (*Service, error) {
 	if deps.Postgres == nil || deps.Redis == nil || deps.Kafka == nil {
 		return nil, errors.New("api: needs Postgres, Redis and Kafka")
 	}
-	log := deps.Logger
-	if log == nil {
-		log = slog.Default()
-	}
-	log = log.With("service", "api")
+	log := deps.Log("api")
 	if err := store.Migrate(context.Background(), deps.Postgres); err != nil {
 		return nil, fmt.Errorf("api: %w", err)
 	}

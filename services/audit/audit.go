@@ -141,11 +141,7 @@ func New(deps *service.Deps, cfg Config) (*Service, error) {
 	if deps.Postgres == nil {
 		return nil, errors.New("audit: needs Postgres")
 	}
-	log := deps.Logger
-	if log == nil {
-		log = slog.Default()
-	}
-	log = log.With("service", "audit")
+	log := deps.Log("audit")
 	ctx := context.Background()
 	if err := store.Migrate(ctx, deps.Postgres); err != nil {
 		return nil, fmt.Errorf("audit: %w", err)

@@ -159,11 +159,7 @@ func New(deps *service.Deps, cfg Config) (*Service, error) {
 	if deps.Postgres == nil || deps.Kafka == nil {
 		return nil, errors.New("dlq: needs Postgres and Kafka")
 	}
-	log := deps.Logger
-	if log == nil {
-		log = slog.Default()
-	}
-	log = log.With("service", "dlq")
+	log := deps.Log("dlq")
 	if err := store.Migrate(context.Background(), deps.Postgres); err != nil {
 		return nil, fmt.Errorf("dlq: %w", err)
 	}

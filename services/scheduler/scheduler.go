@@ -79,14 +79,11 @@ func New(deps *service.Deps, cfg Config) (*Service, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	log := deps.Logger
-	if log == nil {
-		log = slog.Default()
-	}
+	log := deps.Log("scheduler")
 	s := &Service{
 		cfg:    cfg,
 		deps:   deps,
-		log:    log.With("service", "scheduler"),
+		log:    log,
 		store:  newStore(deps.Redis, cfg),
 		policy: retry.Policy{Base: cfg.RetryBase, Max: cfg.RetryMax, Rand: cfg.Rand, Types: cfg.RetryTypes},
 		wake:   make(map[string]chan struct{}, len(cfg.Pools)),

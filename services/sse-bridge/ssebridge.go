@@ -146,11 +146,7 @@ func New(deps *service.Deps, cfg Config) (*Service, error) {
 	if deps.Postgres == nil {
 		return nil, errors.New("ssebridge: needs Postgres")
 	}
-	log := deps.Logger
-	if log == nil {
-		log = slog.Default()
-	}
-	log = log.With("service", "sse-bridge")
+	log := deps.Log("sse-bridge")
 	ctx := context.Background()
 	if err := eventlog.Migrate(ctx, deps.Postgres); err != nil {
 		return nil, fmt.Errorf("ssebridge: %w", err)

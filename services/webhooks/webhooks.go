@@ -247,10 +247,7 @@ func New(deps *service.Deps, cfg Config) (*Service, error) {
 	if deps.Postgres == nil || deps.Kafka == nil {
 		return nil, errors.New("webhooks: needs Postgres and Kafka")
 	}
-	log := deps.Logger
-	if log == nil {
-		log = slog.Default()
-	}
+	log := deps.Log("webhooks")
 	ctx := context.Background()
 	key := cfg.SecretKey
 	if len(key) == 0 {

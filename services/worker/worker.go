@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net/netip"
 	"os"
 	"slices"
@@ -166,11 +165,7 @@ func New(deps *service.Deps, cfg Config, reg *Registry) (*Service, error) {
 	if reg == nil {
 		reg = NewRegistry()
 	}
-	log := deps.Logger
-	if log == nil {
-		log = slog.Default()
-	}
-	return newService(deps, cfg, reg, log.With("service", "worker", "worker_id", cfg.WorkerID, "pool", cfg.Pool)), nil
+	return newService(deps, cfg, reg, deps.Log("worker", "worker_id", cfg.WorkerID, "pool", cfg.Pool)), nil
 }
 
 // Routes mounts nothing: a worker has no API of its own beyond the
