@@ -9,7 +9,10 @@
 //
 // The fan-out consumes every lifecycle topic in the consumer group
 // ferry-webhooks through projection.Run: for each event it matches the
-// tenant's active endpoints (kept in memory, refreshed every few seconds)
+// tenant's active endpoints (kept in memory; each fan-out transaction
+// checks an endpoint change counter and reloads them when it moved, so an
+// event produced after an endpoint change is matched against it on every
+// replica)
 // and inserts one delivery row per matching endpoint in the same Postgres
 // transaction as the Kafka offsets — an outbox, so an event is never lost
 // nor fanned out twice.
@@ -85,7 +88,10 @@ type Config struct {
 	DisableAfter time.Duration
 	// SecretGrace is how long a rotated-out secret keeps signing. Defaults to 24h.
 	SecretGrace time.Duration
-	// CacheRefresh is how often the active endpoints are reloaded. Defaults to 5s.
+	// CacheRefresh is how often the active endpoints are reloaded when no
+	// events flow (the fan-out reloads them as soon as they change). It
+	// bounds how long a replica's delivery loop takes to notice an endpoint
+	// enabled elsewhere. Defaults to 5s.
 	CacheRefresh time.Duration
 	// Poll is how often the delivery loop looks for due deliveries when
 	// nothing wakes it. Defaults to 250ms.
@@ -345,7 +351,8 @@ func (s *Service) expireOnce(ctx context.Context) {
 }
 
 // refresh reloads the endpoint cache after a change made through this
-// replica, so it takes effect here at once (elsewhere within CacheRefresh).
+// replica, so its delivery loop sees it at once (the fan-out of every
+// replica sees it in its next transaction anyway).
 func (s *Service) refresh(ctx context.Context) {
 	if err := s.cache.Refresh(context.WithoutCancel(ctx)); err != nil {
 		s.log.Warn("webhooks: refresh endpoints", "err", err)

@@ -35,13 +35,17 @@ func TestMain(m *testing.M) {
 type bundle struct {
 	srv  *httptest.Server
 	deps *service.Deps
+	cfg  webhooks.Config
 	keyA string // tenant acme
 	keyB string // tenant globex
 }
 
 type opts struct {
 	noAllow bool
-	cfg     webhooks.Config
+	// serveOnly serves the API without running the fan-out and delivery
+	// loops, as a replica whose loops are stopped would.
+	serveOnly bool
+	cfg       webhooks.Config
 }
 
 func setup(t *testing.T, o opts) *bundle {
@@ -60,14 +64,27 @@ func setup(t *testing.T, o opts) *bundle {
 	}
 	cfg.Jitter = -1
 	cfg.Poll = 20 * time.Millisecond
-	cfg.CacheRefresh = 100 * time.Millisecond
-	svc, err := webhooks.New(b.deps, cfg)
+	if cfg.CacheRefresh == 0 {
+		cfg.CacheRefresh = 100 * time.Millisecond
+	}
+	b.cfg = cfg
+	svc := b.replica(t)
+	b.srv = testenv.Serve(t, b.deps, "webhooks", svc)
+	if !o.serveOnly {
+		testenv.Run(t, svc)
+	}
+	return b
+}
+
+// replica returns another instance of the service over the same
+// connections and configuration.
+func (b *bundle) replica(t *testing.T) *webhooks.Service {
+	t.Helper()
+	svc, err := webhooks.New(b.deps, b.cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b.srv = testenv.Serve(t, b.deps, "webhooks", svc)
-	testenv.Run(t, svc)
-	return b
+	return svc
 }
 
 type resp = testenv.Response
@@ -427,6 +444,33 @@ func TestTenantIsolation(t *testing.T) {
 	if r := b.do(t, b.keyA, "GET", "/v1/webhooks/"+id, nil); r.Status != http.StatusNotFound {
 		t.Fatalf("get after delete: %d", r.Status)
 	}
+}
+
+// TestEndpointChangeReachesOtherReplicaAtOnce registers an endpoint through
+// one replica and has another, whose periodic refresh is an hour away, fan
+// the next event out: the fan-out notices the change inside its own
+// transaction, so no event produced after the registration answered is
+// missed.
+func TestEndpointChangeReachesOtherReplicaAtOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t, opts{serveOnly: true, cfg: webhooks.Config{CacheRefresh: time.Hour}})
+	other := b.replica(t) // loaded before the endpoint exists
+	testenv.Run(t, other)
+	rc := newReceiver(t, nil)
+	id, _ := b.register(t, b.keyA, map[string]any{"url": rc.URL})
+	eventID := b.emit(t, completed("acme", "job-1"))
+	got := rc.next(t, wait)
+	var ce map[string]any
+	_ = json.Unmarshal(got.body, &ce)
+	if ce["id"] != eventID {
+		t.Fatalf("got %s", got.body)
+	}
+	// Deleted through the first replica: the next event is not sent.
+	if r := b.do(t, b.keyA, "DELETE", "/v1/webhooks/"+id, nil); r.Status != http.StatusNoContent {
+		t.Fatalf("delete: %d", r.Status)
+	}
+	b.emit(t, completed("acme", "job-2"))
+	rc.none(t, time.Second)
 }
 
 func TestRotateSecretSignsWithBoth(t *testing.T) {

@@ -28,11 +28,18 @@ type Endpoint struct {
 }
 
 // Cache holds the active endpoints, by tenant. It is safe for concurrent use.
+//
+// It is kept current two ways: Apply compares the endpoint change counter
+// inside each fan-out transaction and reloads when it moved (so an event
+// produced after an endpoint change is matched against it, on every
+// replica), and Run reloads periodically for the delivery loop's benefit
+// when no events flow.
 type Cache struct {
 	store *store.Store
 	log   *slog.Logger
 
 	mu       sync.RWMutex
+	version  int64
 	byTenant map[string][]Endpoint
 	ids      []string
 }
@@ -44,10 +51,17 @@ func NewCache(st *store.Store, log *slog.Logger) *Cache {
 
 // Refresh reloads the active endpoints.
 func (c *Cache) Refresh(ctx context.Context) error {
-	all, err := c.store.ActiveEndpoints(ctx)
+	version, all, err := c.store.ActiveEndpoints(ctx)
 	if err != nil {
 		return err
 	}
+	c.set(version, all)
+	return nil
+}
+
+// set installs the endpoints current as of version, unless the cache
+// already holds a newer version (a slow reload must not undo a fresh one).
+func (c *Cache) set(version int64, all []store.Active) {
 	by := make(map[string][]Endpoint)
 	ids := make([]string, 0, len(all))
 	for _, a := range all {
@@ -59,8 +73,31 @@ func (c *Cache) Refresh(ctx context.Context) error {
 		ids = append(ids, a.ID)
 	}
 	c.mu.Lock()
-	c.byTenant, c.ids = by, ids
-	c.mu.Unlock()
+	defer c.mu.Unlock()
+	if version < c.version {
+		return
+	}
+	c.version, c.byTenant, c.ids = version, by, ids
+}
+
+// catchUp reloads the endpoints inside tx when they changed since the
+// cache was loaded.
+func (c *Cache) catchUp(ctx context.Context, tx pgx.Tx) error {
+	version, err := store.EndpointVersion(ctx, tx)
+	if err != nil {
+		return err
+	}
+	c.mu.RLock()
+	current := version <= c.version
+	c.mu.RUnlock()
+	if current {
+		return nil
+	}
+	version, all, err := store.ActiveEndpoints(ctx, tx)
+	if err != nil {
+		return err
+	}
+	c.set(version, all)
 	return nil
 }
 
@@ -132,6 +169,9 @@ func (c *Cache) Apply(ctx context.Context, tx pgx.Tx, recs []*kgo.Record) error 
 		value []byte
 		eps   []Endpoint
 		job   *policy.JobInfo
+	}
+	if err := c.catchUp(ctx, tx); err != nil {
+		return err
 	}
 	var items []item
 	var jobs []store.JobRow

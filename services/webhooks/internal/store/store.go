@@ -147,18 +147,46 @@ type Active struct {
 	FilterQueue, FilterTyp string
 }
 
-// ActiveEndpoints returns every endpoint that is neither deleted nor disabled.
-func (s *Store) ActiveEndpoints(ctx context.Context) ([]Active, error) {
-	rows, err := s.pool.Query(ctx, `SELECT id, tenant_id, event_types, filter_queue, filter_type FROM webhook_endpoints
-		WHERE deleted_at IS NULL AND disabled_at IS NULL ORDER BY id`)
+// Querier runs queries: a pool or a transaction.
+type Querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// EndpointVersion returns the endpoint change counter, bumped in the same
+// transaction as every change to which endpoints receive what.
+func EndpointVersion(ctx context.Context, q Querier) (version int64, err error) {
+	err = q.QueryRow(ctx, `SELECT version FROM webhook_endpoint_version`).Scan(&version)
+	return version, err
+}
+
+// ActiveEndpoints returns every endpoint that is neither deleted nor
+// disabled and the change counter they are current as of (one statement,
+// so one snapshot).
+func (s *Store) ActiveEndpoints(ctx context.Context) (version int64, active []Active, err error) {
+	return ActiveEndpoints(ctx, s.pool)
+}
+
+// ActiveEndpoints is Store.ActiveEndpoints over q (e.g. a transaction).
+func ActiveEndpoints(ctx context.Context, q Querier) (version int64, active []Active, err error) {
+	rows, err := q.Query(ctx, `SELECT v.version, e.id, e.tenant_id, e.event_types, e.filter_queue, e.filter_type
+		FROM webhook_endpoint_version v
+		LEFT JOIN webhook_endpoints e ON e.deleted_at IS NULL AND e.disabled_at IS NULL ORDER BY e.id`)
 	if err != nil {
-		return nil, err
+		return 0, nil, err
 	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Active, error) {
-		var a Active
-		err := r.Scan(&a.ID, &a.TenantID, &a.EventTypes, &a.FilterQueue, &a.FilterTyp)
-		return a, err
-	})
+	defer rows.Close()
+	for rows.Next() {
+		var id, tenant, queue, typ *string
+		var types []string
+		if err := rows.Scan(&version, &id, &tenant, &types, &queue, &typ); err != nil {
+			return 0, nil, err
+		}
+		if id != nil {
+			active = append(active, Active{ID: *id, TenantID: *tenant, EventTypes: types, FilterQueue: *queue, FilterTyp: *typ})
+		}
+	}
+	return version, active, rows.Err()
 }
 
 // SealedSecrets returns up to n sealed secrets with their endpoint ids, to
