@@ -63,6 +63,7 @@ var Vars = []Var{
 	{"FERRY_SSE_RETENTION", "24h", "How long the sse-bridge keeps events for Last-Event-ID resumption; older positions get an `event: reset`."},
 	{"FERRY_SSE_KEEPALIVE", "15s", "Interval of the keep-alive comments on idle SSE streams."},
 	{"FERRY_SSE_BUFFER", "256", "Events buffered per SSE client; a client further behind gets `event: overflow` and is disconnected."},
+	{"FERRY_SSE_ORDER_HOLD", "3s", "Longest an SSE event waits for its predecessor (completed for started, started for enqueued) when topics deliver them out of order; negative disables."},
 
 	// webhooks.
 	{"FERRY_SECRET_KEY", "", "Base64 of 32 random bytes (`openssl rand -base64 32`): the AES-256-GCM key that encrypts webhook signing secrets at rest. Unset: a key is generated once into FERRY_DATA_DIR/secret-key (dev only; set it in production, and keep it: losing it makes stored secrets unreadable)."},

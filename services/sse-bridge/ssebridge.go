@@ -6,7 +6,10 @@
 //
 // The service keeps a short-lived event log in Postgres (table sse_events),
 // written by an exactly-once projection of every lifecycle topic (group
-// ferry-sse-log). Its bigserial seq is the SSE id. Each process runs one
+// ferry-sse-log). Its bigserial seq is the SSE id. An event consumed
+// before its predecessor (a completed before its started: they travel on
+// different topics) waits in sse_held until the predecessor is logged, for
+// at most OrderHold. Each process runs one
 // tailer that reads new rows when the projection notifies (LISTEN/NOTIFY)
 // or every 100 ms, and fans them out through an in-memory hub to the
 // process's clients, so a process consumes the log once however many
@@ -65,6 +68,13 @@ type Config struct {
 	// JobGrace is how long a job stream waits for a job the log has not
 	// seen yet (just submitted) before answering 404. Defaults to 2s.
 	JobGrace time.Duration
+	// OrderHold is the longest an event waits in the log's hold for its
+	// predecessor (a completed for its started, a started for its
+	// enqueued) when the topics deliver them out of order
+	// (FERRY_SSE_ORDER_HOLD). Defaults to 3s; negative disables holding:
+	// events are logged in arrival order and a started consumed after its
+	// job's completed is dropped.
+	OrderHold time.Duration
 	// Poll is the tailer's fallback poll interval when no notification
 	// arrives. Defaults to 100ms.
 	Poll time.Duration
@@ -83,6 +93,7 @@ func (c Config) WithDefaults() Config {
 	config.Default(&c.KeepAlive, 15*time.Second)
 	config.Default(&c.WriteTimeout, 10*time.Second)
 	config.Default(&c.JobGrace, 2*time.Second)
+	config.Default(&c.OrderHold, 3*time.Second)
 	config.Default(&c.Poll, 100*time.Millisecond)
 	config.Default(&c.PruneInterval, time.Minute)
 	config.Default(&c.Buffer, 256)
@@ -118,6 +129,7 @@ func LoadConfig(l *config.Loader) Config {
 		Retention: l.Duration("FERRY_SSE_RETENTION"),
 		KeepAlive: l.Duration("FERRY_SSE_KEEPALIVE"),
 		Buffer:    l.Int("FERRY_SSE_BUFFER"),
+		OrderHold: l.Duration("FERRY_SSE_ORDER_HOLD"),
 	}
 }
 
@@ -151,7 +163,7 @@ func New(deps *service.Deps, cfg Config) (*Service, error) {
 	if err := eventlog.Migrate(ctx, deps.Postgres); err != nil {
 		return nil, fmt.Errorf("ssebridge: %w", err)
 	}
-	events := eventlog.New(deps.Postgres, log)
+	events := eventlog.New(deps.Postgres, log, max(cfg.OrderHold, 0))
 	// The tailer starts at the current head before any client can connect,
 	// so every later row reaches the hub (clients replay the earlier ones).
 	head, err := events.Head(ctx)
@@ -210,7 +222,17 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	g.Go(func() error { return s.tailer.Run(ctx) })
 	g.Go(func() error { service.Every(ctx, s.cfg.PruneInterval, s.prune); return nil })
+	if s.cfg.OrderHold > 0 {
+		g.Go(func() error { service.Every(ctx, s.cfg.OrderHold/4, s.releaseHeld); return nil })
+	}
 	return g.Wait()
+}
+
+// releaseHeld logs held events whose hold passed while no records arrived.
+func (s *Service) releaseHeld(ctx context.Context) {
+	if err := s.events.ReleaseHeld(ctx); err != nil && ctx.Err() == nil {
+		s.log.Warn("sse-bridge: release held events", "err", err)
+	}
 }
 
 // prune deletes events older than the retention window.

@@ -372,6 +372,79 @@ func TestReconnectWithLastEventIDMissesNothingTwice(t *testing.T) {
 	}
 }
 
+// held returns how many events wait in the log's hold.
+func (b *bundle) held(t *testing.T) int64 {
+	t.Helper()
+	var n int64
+	if err := b.deps.Postgres.QueryRow(context.Background(), `SELECT count(*) FROM sse_held`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// waitHeld waits until n events wait in the hold.
+func (b *bundle) waitHeld(t *testing.T, n int64) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for b.held(t) != n {
+		if time.Now().After(deadline) {
+			t.Fatalf("hold holds %d events, want %d", b.held(t), n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestOutOfOrderTopicsStreamInOrder consumes a job's completed before its
+// started (they travel on different topics): the completed waits in the
+// hold, and the stream still shows started before completed, then closes.
+func TestOutOfOrderTopicsStreamInOrder(t *testing.T) {
+	b := setup(t, Config{OrderHold: time.Minute}, nil)
+	j := job{id: "job_ooo", tenant: "acme", queue: "default", typ: "email"}
+	b.produceLogged(t, j.enqueued())
+	c := b.open(t, b.keyA, "/v1/jobs/job_ooo/events", "")
+	c.expect(t, "enqueued")
+	b.produce(t, j.completed())
+	b.waitHeld(t, 1)
+	if n := b.logged(t); n != 1 {
+		t.Fatalf("log holds %d events before started arrived, want 1", n)
+	}
+	b.produce(t, j.progress(50, "half"), j.started())
+	c.expect(t, "started", "progress", "completed")
+	c.expectClosed(t)
+	if n := b.held(t); n != 0 {
+		t.Fatalf("%d events still held", n)
+	}
+
+	// A started consumed before its job's enqueued waits for it too.
+	k := job{id: "job_ooo2", tenant: "acme", queue: "bulk", typ: "sms"}
+	b.produce(t, k.started())
+	b.waitHeld(t, 1)
+	b.produce(t, k.enqueued())
+	b.waitLogged(t, 6)
+	c = b.open(t, b.keyA, "/v1/jobs/job_ooo2/events", "")
+	c.expect(t, "enqueued", "started")
+}
+
+// TestHeldEventIsLoggedAfterTheHold: an event whose predecessor never
+// arrives is logged once the hold has passed, without any further record.
+func TestHeldEventIsLoggedAfterTheHold(t *testing.T) {
+	b := setup(t, Config{OrderHold: 300 * time.Millisecond}, nil)
+	j := job{id: "job_nostart", tenant: "acme", queue: "default", typ: "email"}
+	b.produceLogged(t, j.enqueued())
+	c := b.open(t, b.keyA, "/v1/jobs/job_nostart/events", "")
+	c.expect(t, "enqueued")
+	start := time.Now()
+	b.produce(t, j.completed())
+	c.expect(t, "completed")
+	if waited := time.Since(start); waited < 300*time.Millisecond {
+		t.Fatalf("completed streamed after %s, before the hold passed", waited)
+	}
+	c.expectClosed(t)
+	if n := b.held(t); n != 0 {
+		t.Fatalf("%d events still held", n)
+	}
+}
+
 func TestFinishedJobReplaysHistoryThenCloses(t *testing.T) {
 	b := setup(t, Config{}, nil)
 	j := job{id: "job_done", tenant: "acme", queue: "default", typ: "email"}
@@ -542,8 +615,8 @@ func TestBurstCatchesUpFromTheLog(t *testing.T) {
 		want[i] = "job_burst/progress"
 	}
 	c.expect(t, want...)
-	b.produce(t, j.completed())
-	c.expect(t, "job_burst/completed")
+	b.produce(t, j.started(), j.completed())
+	c.expect(t, "job_burst/started", "job_burst/completed")
 }
 
 func TestClientTooFarBehindGetsOverflow(t *testing.T) {
@@ -628,7 +701,8 @@ func TestManyIdleStreams(t *testing.T) {
 // by events that change it: the first event, the enqueued attributes and
 // the terminal event, not started or progress events of a known job.
 func TestJobRowWrittenOnlyWhenItChanges(t *testing.T) {
-	b := setup(t, Config{}, nil)
+	// The late job's started waits the hold for its enqueued: keep it short.
+	b := setup(t, Config{OrderHold: 300 * time.Millisecond}, nil)
 	row := func(id string) (xmin, queue string, term *int64) {
 		t.Helper()
 		if err := b.deps.Postgres.QueryRow(context.Background(),

@@ -42,10 +42,14 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
 type Log struct {
 	pool *pgxpool.Pool
 	log  *slog.Logger
+	hold time.Duration
 }
 
-// New returns the log over pool.
-func New(pool *pgxpool.Pool, log *slog.Logger) *Log { return &Log{pool: pool, log: log} }
+// New returns the log over pool. hold is the longest an event waits for
+// its predecessor (see Apply); 0 logs every event at once, in arrival order.
+func New(pool *pgxpool.Pool, log *slog.Logger, hold time.Duration) *Log {
+	return &Log{pool: pool, log: log, hold: hold}
+}
 
 // wireEvent is the JSON of an SSE data line.
 type wireEvent struct {
@@ -58,20 +62,53 @@ type wireEvent struct {
 	Data     json.RawMessage `json:"data"`
 }
 
-type decoded struct {
-	meta schema.Meta
-	data schema.Lifecycle
-	wire []byte
+// logEvent is one lifecycle event on its way into the log.
+type logEvent struct {
+	id, tenant, job string
+	attempt         int
+	typ             schema.EventType
+	at              time.Time
+	spec            *schema.JobSpec // enqueued only: the job's attributes
+	wire            []byte
+	// waitFor is the event type that must be logged first (awaits).
+	waitFor schema.EventType
+	// heldAt is when the event was first held (zero: never); expired: it
+	// was held for the whole hold and is logged whether or not its
+	// predecessor arrived.
+	heldAt  *time.Time
+	expired bool
+}
+
+// awaits returns the event type that must be in the log, for the same job
+// (and, but for enqueued, the same attempt), before an event of type t: a
+// job's events travel on different topics and may be consumed out of
+// order, but a stream must show enqueued → started → completed. "" for
+// events that wait for nothing. (A failed of class expired, reported
+// without a start, waits for nothing either; see Apply.)
+func awaits(t schema.EventType) schema.EventType {
+	switch t {
+	case schema.EventStarted:
+		return schema.EventEnqueued
+	case schema.EventProgress, schema.EventCompleted, schema.EventFailed:
+		return schema.EventStarted
+	}
+	return ""
 }
 
 // Apply is the projection.ApplyFunc of the log: it appends the batch's
 // lifecycle events, skipping duplicates (by ce_id), events of a job after
 // its terminal event and events whose tenant disagrees with the job's, and
-// notifies tailers on commit. Within a batch, events are ordered by event
-// time and then lifecycle rank, which undoes most cross-topic reordering.
+// notifies tailers on commit.
+//
+// Order: within a batch, events are ordered by event time and then
+// lifecycle rank. Across batches (a job's events travel on different topics
+// and partitions, consumed at different paces), an event whose predecessor
+// (awaits) is not logged yet is held in sse_held, in the same transaction,
+// until the predecessor is logged or the hold passes; then it is logged
+// right after it. So a stream shows started before completed even when
+// completed is consumed first, instead of dropping the late started.
 func (l *Log) Apply(ctx context.Context, tx pgx.Tx, recs []*kgo.Record) error {
-	evs := make([]decoded, 0, len(recs))
-	seen := make(map[string]bool, len(recs))
+	evs := make([]logEvent, 0, len(recs))
 	for _, r := range recs {
 		e, err := schema.Decode(r)
 		if err != nil {
@@ -79,10 +116,9 @@ func (l *Log) Apply(ctx context.Context, tx pgx.Tx, recs []*kgo.Record) error {
 			continue
 		}
 		lc, ok := e.Data.(schema.Lifecycle)
-		if !ok || seen[e.ID] {
+		if !ok {
 			continue
 		}
-		seen[e.ID] = true
 		ref := lc.Ref()
 		// Marshal compacts a RawMessage itself (Decode accepted it as JSON).
 		wire, err := json.Marshal(wireEvent{ID: e.ID, Type: string(lc.EventType()), Time: e.Time.UTC(),
@@ -90,38 +126,116 @@ func (l *Log) Apply(ctx context.Context, tx pgx.Tx, recs []*kgo.Record) error {
 		if err != nil {
 			return err
 		}
-		evs = append(evs, decoded{meta: e.Meta, data: lc, wire: wire})
+		ev := logEvent{id: e.ID, tenant: ref.TenantID, job: ref.JobID, attempt: ref.Attempt,
+			typ: lc.EventType(), at: e.Time, wire: wire, waitFor: awaits(lc.EventType())}
+		switch d := lc.(type) {
+		case schema.Enqueued:
+			ev.spec = &d.Job
+		case schema.Failed:
+			if d.Error.Class == schema.ClassExpired {
+				ev.waitFor = "" // not_after passed before the worker started it
+			}
+		}
+		evs = append(evs, ev)
 	}
 	if len(evs) == 0 {
 		return nil
 	}
-	slices.SortStableFunc(evs, func(a, b decoded) int {
-		if c := a.meta.Time.Compare(b.meta.Time); c != 0 {
+	slices.SortStableFunc(evs, func(a, b logEvent) int {
+		if c := a.at.Compare(b.at); c != 0 {
 			return c
 		}
-		pa := schema.PositionOf(a.data.EventType(), a.data.Ref().Attempt)
-		pb := schema.PositionOf(b.data.EventType(), b.data.Ref().Attempt)
+		pa, pb := schema.PositionOf(a.typ, a.attempt), schema.PositionOf(b.typ, b.attempt)
 		return cmp.Or(cmp.Compare(pa.Attempt, pb.Attempt), cmp.Compare(pa.Phase, pb.Phase))
 	})
+	return l.write(ctx, tx, evs)
+}
 
+// ReleaseHeld logs the held events whose hold has passed. Apply does it
+// too; this covers the time no records arrive.
+func (l *Log) ReleaseHeld(ctx context.Context) error {
+	var due bool
+	if err := l.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM sse_held WHERE held_at <= now() - $1::interval)`, l.hold).Scan(&due); err != nil || !due {
+		return err // nothing due: no transaction, no writer lock
+	}
+	return pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error { return l.write(ctx, tx, nil) })
+}
+
+// write logs evs (in order) and the held events they or the clock release.
+func (l *Log) write(ctx context.Context, tx pgx.Tx, evs []logEvent) error {
 	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(writerLock)); err != nil {
 		return fmt.Errorf("eventlog: lock: %w", err)
+	}
+	// Held events of the batch's jobs are looked at again after the batch's
+	// own events, so one released by its predecessor follows it.
+	held, err := takeHeld(ctx, tx, evs, l.hold)
+	if err != nil {
+		return err
+	}
+	evs = append(evs, held...)
+	if len(evs) == 0 {
+		return nil
 	}
 	jobs, err := loadJobs(ctx, tx, evs)
 	if err != nil {
 		return err
 	}
-	var keep []decoded
+	started, err := loggedStarts(ctx, tx, evs)
+	if err != nil {
+		return err
+	}
+	// ready reports whether e may be logged: its predecessor is, or it
+	// waits for nothing, or it waited the whole hold.
+	ready := func(e logEvent, j *jobRow) bool {
+		if l.hold <= 0 || e.expired {
+			return true
+		}
+		switch e.waitFor {
+		case schema.EventEnqueued:
+			return j.queue != ""
+		case schema.EventStarted:
+			return started[startKey{e.job, e.attempt}]
+		}
+		return true
+	}
+	var keep, wait []logEvent
+	// admit logs e, unless its job already ended, then the waiting events
+	// of its job that e released, right after it.
+	var admit func(e logEvent)
+	admit = func(e logEvent) {
+		j := jobs[e.job]
+		if j.terminal || j.terminalSeq != nil {
+			return
+		}
+		if e.typ == schema.EventStarted {
+			started[startKey{e.job, e.attempt}] = true
+		}
+		j.terminal = hub.IsTerminal(e.typ)
+		keep = append(keep, e)
+		for {
+			i := slices.IndexFunc(wait, func(w logEvent) bool { return w.job == e.job && ready(w, j) })
+			if i < 0 {
+				return
+			}
+			w := wait[i]
+			wait = slices.Delete(wait, i, i+1)
+			admit(w)
+		}
+	}
+	seen := make(map[string]bool, len(evs))
 	for _, e := range evs {
-		ref := e.data.Ref()
-		j := jobs[ref.JobID]
+		if seen[e.id] {
+			continue
+		}
+		seen[e.id] = true
+		j := jobs[e.job]
 		if j == nil {
 			// Not logged yet: the row is inserted.
-			j = &jobRow{tenant: ref.TenantID, dirty: true}
-			jobs[ref.JobID] = j
+			j = &jobRow{tenant: e.tenant, dirty: true}
+			jobs[e.job] = j
 		}
-		if j.tenant != ref.TenantID {
-			l.log.Warn("sse-bridge: dropping event whose tenant disagrees with its job", "job_id", ref.JobID, "ce_id", e.meta.ID)
+		if j.tenant != e.tenant {
+			l.log.Warn("sse-bridge: dropping event whose tenant disagrees with its job", "job_id", e.job, "ce_id", e.id)
 			continue
 		}
 		// An event of a known job rewrites its row only when it changes
@@ -130,15 +244,20 @@ func (l *Log) Apply(ctx context.Context, tx pgx.Tx, recs []*kgo.Record) error {
 		if j.stale {
 			j.dirty = true
 		}
-		if enq, ok := e.data.(schema.Enqueued); ok && j.queue == "" {
-			j.queue, j.jobType, j.tags = enq.Job.Queue, enq.Job.Type, enq.Job.Tags
+		if e.spec != nil && j.queue == "" {
+			j.queue, j.jobType, j.tags = e.spec.Queue, e.spec.Type, e.spec.Tags
 			j.dirty = true
 		}
-		if j.terminal || j.terminalSeq != nil {
-			continue
+		if ready(e, j) {
+			admit(e)
+		} else {
+			wait = append(wait, e)
 		}
-		j.terminal = hub.IsTerminal(e.data.EventType())
-		keep = append(keep, e)
+	}
+	// Events of a job that ended meanwhile are dropped, as when logged late.
+	wait = slices.DeleteFunc(wait, func(w logEvent) bool { j := jobs[w.job]; return j.terminal || j.terminalSeq != nil })
+	if err := hold(ctx, tx, wait); err != nil {
+		return err
 	}
 	if len(keep) > 0 {
 		if err := insertEvents(ctx, tx, keep, jobs); err != nil {
@@ -154,6 +273,98 @@ func (l *Log) Apply(ctx context.Context, tx pgx.Tx, recs []*kgo.Record) error {
 		}
 	}
 	return nil
+}
+
+// takeHeld removes from sse_held, and returns in the order they were held,
+// the events of evs' jobs and those held for longer than hold (marked
+// expired). write holds again those still waiting.
+func takeHeld(ctx context.Context, tx pgx.Tx, evs []logEvent, hold time.Duration) ([]logEvent, error) {
+	jobIDs := make([]string, 0, len(evs))
+	for _, e := range evs {
+		jobIDs = append(jobIDs, e.job)
+	}
+	rows, err := tx.Query(ctx, `
+		WITH d AS (
+			DELETE FROM sse_held WHERE job_id = ANY($1) OR held_at <= now() - $2::interval
+			RETURNING n, ce_id, tenant, job_id, attempt, event, data::text, occurred_at, held_at, held_at <= now() - $2::interval AS expired)
+		SELECT ce_id, tenant, job_id, attempt, event, data, occurred_at, held_at, expired FROM d ORDER BY n`, jobIDs, hold)
+	if err != nil {
+		return nil, fmt.Errorf("eventlog: take held events: %w", err)
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (logEvent, error) {
+		var e logEvent
+		var typ, wire string
+		err := r.Scan(&e.id, &e.tenant, &e.job, &e.attempt, &typ, &wire, &e.at, &e.heldAt, &e.expired)
+		e.typ, e.wire = schema.EventType(typ), []byte(wire)
+		e.waitFor = awaits(e.typ) // only events that wait are held
+		return e, err
+	})
+}
+
+// hold stores events that wait for their predecessor. An event held again
+// keeps its first held_at, so the hold bounds its total wait.
+func hold(ctx context.Context, tx pgx.Tx, evs []logEvent) error {
+	if len(evs) == 0 {
+		return nil
+	}
+	n := len(evs)
+	ids, tenants, jobIDs, types, datas := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	attempts, times, heldAt := make([]int32, n), make([]time.Time, n), make([]*time.Time, n)
+	for i, e := range evs {
+		ids[i], tenants[i], jobIDs[i], types[i], datas[i] = e.id, e.tenant, e.job, string(e.typ), string(e.wire)
+		attempts[i], times[i], heldAt[i] = int32(e.attempt), e.at, e.heldAt
+	}
+	_, err := tx.Exec(ctx, `
+		INSERT INTO sse_held (ce_id, tenant, job_id, attempt, event, data, occurred_at, held_at)
+		SELECT c, t, j, a, e, d::json, o, COALESCE(h, now())
+		FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::text[], $6::text[], $7::timestamptz[], $8::timestamptz[])
+			WITH ORDINALITY AS x(c, t, j, a, e, d, o, h, n)
+		ORDER BY n
+		ON CONFLICT (ce_id) DO NOTHING`, ids, tenants, jobIDs, attempts, types, datas, times, heldAt)
+	if err != nil {
+		return fmt.Errorf("eventlog: hold events: %w", err)
+	}
+	return nil
+}
+
+type startKey struct {
+	job     string
+	attempt int
+}
+
+// loggedStarts returns which (job, attempt) of the events waiting for a
+// started event already have it in the log. Those whose started is in evs
+// are not looked up: write sees it first.
+func loggedStarts(ctx context.Context, tx pgx.Tx, evs []logEvent) (map[startKey]bool, error) {
+	inBatch := map[startKey]bool{}
+	for _, e := range evs {
+		if e.typ == schema.EventStarted {
+			inBatch[startKey{e.job, e.attempt}] = true
+		}
+	}
+	var ids []string
+	for _, e := range evs {
+		if e.waitFor == schema.EventStarted && !inBatch[startKey{e.job, e.attempt}] {
+			ids = append(ids, e.job)
+		}
+	}
+	out := map[startKey]bool{}
+	if len(ids) == 0 {
+		return out, nil
+	}
+	rows, err := tx.Query(ctx, `SELECT job_id, (data->>'attempt')::int FROM sse_events WHERE job_id = ANY($1) AND event = 'started'`, ids)
+	if err != nil {
+		return nil, fmt.Errorf("eventlog: load started events: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var k startKey
+		if err := rows.Scan(&k.job, &k.attempt); err != nil {
+			return nil, err
+		}
+		out[k] = true
+	}
+	return out, rows.Err()
 }
 
 type jobRow struct {
@@ -173,10 +384,10 @@ type jobRow struct {
 // event", and a started event costs no write.
 const lastAtRefresh = "10 seconds"
 
-func loadJobs(ctx context.Context, tx pgx.Tx, evs []decoded) (map[string]*jobRow, error) {
+func loadJobs(ctx context.Context, tx pgx.Tx, evs []logEvent) (map[string]*jobRow, error) {
 	ids := make([]string, 0, len(evs))
 	for _, e := range evs {
-		ids = append(ids, e.data.Ref().JobID)
+		ids = append(ids, e.job)
 	}
 	slices.Sort(ids)
 	ids = slices.Compact(ids)
@@ -198,13 +409,12 @@ func loadJobs(ctx context.Context, tx pgx.Tx, evs []decoded) (map[string]*jobRow
 	return out, rows.Err()
 }
 
-func insertEvents(ctx context.Context, tx pgx.Tx, evs []decoded, jobs map[string]*jobRow) error {
+func insertEvents(ctx context.Context, tx pgx.Tx, evs []logEvent, jobs map[string]*jobRow) error {
 	n := len(evs)
 	ids, tenants, jobIDs, types, datas := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	times := make([]time.Time, n)
 	for i, e := range evs {
-		ref := e.data.Ref()
-		ids[i], tenants[i], jobIDs[i], types[i], datas[i], times[i] = e.meta.ID, ref.TenantID, ref.JobID, string(e.data.EventType()), string(e.wire), e.meta.Time
+		ids[i], tenants[i], jobIDs[i], types[i], datas[i], times[i] = e.id, e.tenant, e.job, string(e.typ), string(e.wire), e.at
 	}
 	// ORDER BY n keeps seq in the batch's order; duplicates of events
 	// logged by an earlier batch are dropped.
