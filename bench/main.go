@@ -203,9 +203,18 @@ func run(args []string, stdout, stderr io.Writer) int {
 		if !want[w] || ctx.Err() != nil {
 			continue
 		}
-		fmt.Fprintf(stderr, "bench: %s …\n", w)
+		// Each workload starts on a settled pipeline: the projections have
+		// applied the previous workload's records (BENCH.md measures each
+		// workload on its own; River and Asynq have no projections).
+		waited, lag, err := probe.settle(ctx, 3*time.Minute)
+		settled := fmt.Sprintf("started after %.1f s waiting for the projections to catch up (lag %d records)", waited.Seconds(), lag)
+		if err != nil {
+			settled = "projection lag unknown: " + err.Error()
+		}
+		fmt.Fprintf(stderr, "bench: %s … (%s)\n", w, settled)
 		start := time.Now()
 		r := funcs[w](ctx)
+		r.Notes += "; " + settled
 		fmt.Fprintf(stderr, "bench: %s done in %s\n", w, time.Since(start).Round(100*time.Millisecond))
 		fmt.Fprintf(stdout, "%s\n", r.Line())
 		if out != nil {

@@ -353,3 +353,59 @@ func (p *Probe) auditRows(ctx context.Context, typ string, from, to time.Time) (
 }
 
 var _ = pgx.ErrNoRows
+
+// projectionLag is the number of records the exactly-once projections
+// (api status, sse-bridge, audit, webhooks, dlq: offsets in ferry_offsets)
+// have yet to apply, summed over every projection and partition it reads.
+func (p *Probe) projectionLag(ctx context.Context) (int64, error) {
+	end, err := p.endOffsets(ctx)
+	if err != nil {
+		return 0, err
+	}
+	rows, err := p.pg.Query(ctx, `SELECT consumer_group, topic, partition, next_offset FROM ferry_offsets`)
+	if err != nil {
+		return 0, err
+	}
+	next := map[string]Offsets{}
+	for rows.Next() {
+		var group, topic string
+		var part int32
+		var off int64
+		if err := rows.Scan(&group, &topic, &part, &off); err != nil {
+			rows.Close()
+			return 0, err
+		}
+		if next[group] == nil {
+			next[group] = Offsets{}
+		}
+		if next[group][topic] == nil {
+			next[group][topic] = map[int32]int64{}
+		}
+		next[group][topic][part] = off
+	}
+	if err := rows.Err(); err != nil {
+		return 0, err
+	}
+	var lag int64
+	for _, topics := range next {
+		for topic, parts := range topics {
+			for part, e := range end[topic] {
+				lag += max(e-parts[part], 0) // a partition with no row yet: everything
+			}
+		}
+	}
+	return lag, nil
+}
+
+// settle waits, up to limit, until the projections have applied every
+// record, so a workload does not measure the previous one's catch-up.
+func (p *Probe) settle(ctx context.Context, limit time.Duration) (waited time.Duration, lag int64, err error) {
+	start := time.Now()
+	for {
+		lag, err = p.projectionLag(ctx)
+		if err != nil || lag == 0 || time.Since(start) > limit || ctx.Err() != nil {
+			return time.Since(start), lag, err
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
