@@ -68,11 +68,30 @@ func (p *Probe) progress(ctx context.Context, tag string) (Progress, error) {
 	return pr, err
 }
 
+// busy reports whether the bench tenant has jobs waiting or running in the
+// status projection (false when that cannot be read).
+func (p *Probe) busy(ctx context.Context) bool {
+	var n int64
+	err := p.pg.QueryRow(ctx, `SELECT pending + running FROM tenant_job_counts WHERE tenant_id = $1`, p.tenant).Scan(&n)
+	return err == nil && n > 0
+}
+
 // waitDone polls until want jobs with tag succeeded (or dead), or timeout.
 func (p *Probe) waitDone(ctx context.Context, tag string, want int, timeout time.Duration) (Progress, bool) {
 	deadline := time.Now().Add(timeout)
 	var pr Progress
 	for {
+		// Counting the tag's jobs scans up to N rows: only do it once the
+		// tenant has nothing waiting or running (one row of
+		// tenant_job_counts), so polling does not load the Postgres it
+		// measures. Workloads run one at a time on the bench tenant.
+		if p.busy(ctx) {
+			if time.Now().After(deadline) || ctx.Err() != nil {
+				return pr, false
+			}
+			time.Sleep(100 * time.Millisecond)
+			continue
+		}
 		var err error
 		pr, err = p.progress(ctx, tag)
 		if err == nil && pr.Succeeded+pr.Dead >= want {
