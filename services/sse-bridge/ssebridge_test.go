@@ -132,32 +132,45 @@ func (b *bundle) produceLogged(t *testing.T, events ...schema.Data) {
 	}
 }
 
-func (b *bundle) logged(t *testing.T) int64 {
+// rows counts the rows of table (sse_events: the log; sse_held: the hold).
+func (b *bundle) rows(t *testing.T, table string) int64 {
 	t.Helper()
 	var n int64
-	if err := b.deps.Postgres.QueryRow(context.Background(), `SELECT count(*) FROM sse_events`).Scan(&n); err != nil {
+	if err := b.deps.Postgres.QueryRow(context.Background(), `SELECT count(*) FROM `+table).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	return n
 }
 
-// waitLogged waits until the log holds n events.
-func (b *bundle) waitLogged(t *testing.T, n int64) {
+func (b *bundle) logged(t *testing.T) int64 { t.Helper(); return b.rows(t, "sse_events") }
+func (b *bundle) held(t *testing.T) int64   { t.Helper(); return b.rows(t, "sse_held") }
+
+// waitRows waits until done accepts the row count of table.
+func (b *bundle) waitRows(t *testing.T, table string, want string, done func(int64) bool) {
 	t.Helper()
 	deadline := time.Now().Add(15 * time.Second)
 	for {
-		var got int64
-		if err := b.deps.Postgres.QueryRow(context.Background(), `SELECT count(*) FROM sse_events`).Scan(&got); err != nil {
-			t.Fatal(err)
-		}
-		if got >= n {
+		got := b.rows(t, table)
+		if done(got) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("log holds %d events, want %d", got, n)
+			t.Fatalf("%s holds %d rows, want %s", table, got, want)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// waitLogged waits until the log holds at least n events.
+func (b *bundle) waitLogged(t *testing.T, n int64) {
+	t.Helper()
+	b.waitRows(t, "sse_events", fmt.Sprintf("≥ %d", n), func(got int64) bool { return got >= n })
+}
+
+// waitHeld waits until exactly n events wait in the hold.
+func (b *bundle) waitHeld(t *testing.T, n int64) {
+	t.Helper()
+	b.waitRows(t, "sse_held", fmt.Sprint(n), func(got int64) bool { return got == n })
 }
 
 // frame is one SSE message (or comment, with event "comment").
@@ -369,28 +382,6 @@ func TestReconnectWithLastEventIDMissesNothingTwice(t *testing.T) {
 	// An EventSource reconnecting after the final event is told to stop.
 	if _, status := b.tryOpen(t, b.keyA, "/v1/jobs/job_resume/events", again[3].id); status != http.StatusNoContent {
 		t.Fatalf("reconnect after the final event: status %d, want 204", status)
-	}
-}
-
-// held returns how many events wait in the log's hold.
-func (b *bundle) held(t *testing.T) int64 {
-	t.Helper()
-	var n int64
-	if err := b.deps.Postgres.QueryRow(context.Background(), `SELECT count(*) FROM sse_held`).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	return n
-}
-
-// waitHeld waits until n events wait in the hold.
-func (b *bundle) waitHeld(t *testing.T, n int64) {
-	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for b.held(t) != n {
-		if time.Now().After(deadline) {
-			t.Fatalf("hold holds %d events, want %d", b.held(t), n)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }
 
