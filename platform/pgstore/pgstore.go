@@ -131,3 +131,10 @@ func migrationFiles(fsys fs.FS) ([]migrationFile, error) {
 	sort.Slice(out, func(i, j int) bool { return out[i].version < out[j].version })
 	return out, nil
 }
+
+// Querier runs queries: a pool, a connection or a transaction, so one
+// function serves reads inside and outside a transaction.
+type Querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}

@@ -498,14 +498,9 @@ func scanEvents(rows pgx.Rows) ([]*hub.Event, error) {
 	return out, rows.Err()
 }
 
-// Querier is what the log's reads need: a pool or a connection.
-type Querier interface {
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-}
-
 // After returns up to limit events of the whole log with seq > after, in
 // order.
-func After(ctx context.Context, q Querier, after int64, limit int) ([]*hub.Event, error) {
+func After(ctx context.Context, q pgstore.Querier, after int64, limit int) ([]*hub.Event, error) {
 	rows, err := q.Query(ctx, selectEvents+`WHERE e.seq > $1 ORDER BY e.seq LIMIT $2`, after, limit)
 	if err != nil {
 		return nil, fmt.Errorf("eventlog: tail: %w", err)

@@ -147,15 +147,9 @@ type Active struct {
 	FilterQueue, FilterTyp string
 }
 
-// Querier runs queries: a pool or a transaction.
-type Querier interface {
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
-
 // EndpointVersion returns the endpoint change counter, bumped in the same
 // transaction as every change to which endpoints receive what.
-func EndpointVersion(ctx context.Context, q Querier) (version int64, err error) {
+func EndpointVersion(ctx context.Context, q pgstore.Querier) (version int64, err error) {
 	err = q.QueryRow(ctx, `SELECT version FROM webhook_endpoint_version`).Scan(&version)
 	return version, err
 }
@@ -168,7 +162,7 @@ func (s *Store) ActiveEndpoints(ctx context.Context) (version int64, active []Ac
 }
 
 // ActiveEndpoints is Store.ActiveEndpoints over q (e.g. a transaction).
-func ActiveEndpoints(ctx context.Context, q Querier) (version int64, active []Active, err error) {
+func ActiveEndpoints(ctx context.Context, q pgstore.Querier) (version int64, active []Active, err error) {
 	rows, err := q.Query(ctx, `SELECT v.version, e.id, e.tenant_id, e.event_types, e.filter_queue, e.filter_type
 		FROM webhook_endpoint_version v
 		LEFT JOIN webhook_endpoints e ON e.deleted_at IS NULL AND e.disabled_at IS NULL ORDER BY e.id`)
