@@ -92,30 +92,14 @@ type Config struct {
 
 // WithDefaults returns c with zero fields set to their defaults.
 func (c Config) WithDefaults() Config {
-	if c.IdempotencyTTL == 0 {
-		c.IdempotencyTTL = 24 * time.Hour
-	}
-	if c.SubmittedTTL == 0 {
-		c.SubmittedTTL = 2 * time.Minute
-	}
-	if c.MaxPayloadBytes == 0 {
-		c.MaxPayloadBytes = 262144
-	}
-	if c.MaxBatchBytes == 0 {
-		c.MaxBatchBytes = 32 << 20
-	}
-	if c.MaxBatchJobs == 0 {
-		c.MaxBatchJobs = 1000
-	}
-	if c.ProjectionBatch == 0 {
-		c.ProjectionBatch = 2000
-	}
-	if c.TenantCacheTTL == 0 {
-		c.TenantCacheTTL = time.Second
-	}
-	if c.CountsCacheTTL == 0 {
-		c.CountsCacheTTL = time.Second
-	}
+	config.Default(&c.IdempotencyTTL, 24*time.Hour)
+	config.Default(&c.SubmittedTTL, 2*time.Minute)
+	config.Default(&c.MaxPayloadBytes, 262144)
+	config.Default(&c.MaxBatchBytes, 32<<20)
+	config.Default(&c.MaxBatchJobs, 1000)
+	config.Default(&c.ProjectionBatch, 2000)
+	config.Default(&c.TenantCacheTTL, time.Second)
+	config.Default(&c.CountsCacheTTL, time.Second)
 	if c.Now == nil {
 		c.Now = time.Now
 	}

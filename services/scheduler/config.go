@@ -88,9 +88,7 @@ func (c Config) WithDefaults() Config {
 	if c.Prefetch < 0 {
 		c.Prefetch = 0
 	}
-	if c.PrefetchWindow == 0 {
-		c.PrefetchWindow = 100 * time.Millisecond
-	}
+	config.Default(&c.PrefetchWindow, 100*time.Millisecond)
 	if c.PrefetchMax <= 0 {
 		c.PrefetchMax = 2048
 	}

@@ -116,45 +116,21 @@ type Config struct {
 
 // WithDefaults returns c with zero fields set to their defaults.
 func (c Config) WithDefaults() Config {
-	if c.Timeout == 0 {
-		c.Timeout = 10 * time.Second
-	}
+	config.Default(&c.Timeout, 10*time.Second)
 	if len(c.Backoff) == 0 {
 		c.Backoff = policy.DefaultSchedule
 	}
-	if c.Jitter == 0 {
-		c.Jitter = 0.2
-	}
-	if c.Concurrency == 0 {
-		c.Concurrency = 64
-	}
-	if c.EndpointConcurrency == 0 {
-		c.EndpointConcurrency = 4
-	}
-	if c.DisableAfter == 0 {
-		c.DisableAfter = 24 * time.Hour
-	}
-	if c.SecretGrace == 0 {
-		c.SecretGrace = 24 * time.Hour
-	}
-	if c.CacheRefresh == 0 {
-		c.CacheRefresh = 5 * time.Second
-	}
-	if c.Poll == 0 {
-		c.Poll = 250 * time.Millisecond
-	}
-	if c.MaxBatch == 0 {
-		c.MaxBatch = 2000
-	}
-	if c.Retention == 0 {
-		c.Retention = 720 * time.Hour
-	}
-	if c.RetentionInterval == 0 {
-		c.RetentionInterval = time.Minute
-	}
-	if c.RetentionChunk == 0 {
-		c.RetentionChunk = 1000
-	}
+	config.Default(&c.Jitter, 0.2)
+	config.Default(&c.Concurrency, 64)
+	config.Default(&c.EndpointConcurrency, 4)
+	config.Default(&c.DisableAfter, 24*time.Hour)
+	config.Default(&c.SecretGrace, 24*time.Hour)
+	config.Default(&c.CacheRefresh, 5*time.Second)
+	config.Default(&c.Poll, 250*time.Millisecond)
+	config.Default(&c.MaxBatch, 2000)
+	config.Default(&c.Retention, 720*time.Hour)
+	config.Default(&c.RetentionInterval, time.Minute)
+	config.Default(&c.RetentionChunk, 1000)
 	if c.Now == nil {
 		c.Now = time.Now
 	}

@@ -61,12 +61,8 @@ func (c Config) WithDefaults() Config {
 	if c.Pool == "" {
 		c.Pool = schema.PoolShort
 	}
-	if c.Concurrency == 0 {
-		c.Concurrency = 64
-	}
-	if c.QueueSize == 0 {
-		c.QueueSize = max(c.Concurrency, 1024)
-	}
+	config.Default(&c.Concurrency, 64)
+	config.Default(&c.QueueSize, max(c.Concurrency, 1024))
 	if c.WorkerID == "" {
 		host, _ := os.Hostname()
 		if host == "" {
@@ -74,24 +70,12 @@ func (c Config) WithDefaults() Config {
 		}
 		c.WorkerID = fmt.Sprintf("%s-%d", host, os.Getpid())
 	}
-	if c.Grace == 0 {
-		c.Grace = 25 * time.Second
-	}
-	if c.Heartbeat == 0 {
-		c.Heartbeat = 5 * time.Second
-	}
-	if c.ProgressInterval == 0 {
-		c.ProgressInterval = 100 * time.Millisecond
-	}
-	if c.StatusInterval == 0 {
-		c.StatusInterval = time.Second
-	}
-	if c.MaxResultBytes == 0 {
-		c.MaxResultBytes = 64 << 10
-	}
-	if c.RememberJobs == 0 {
-		c.RememberJobs = 100_000
-	}
+	config.Default(&c.Grace, 25*time.Second)
+	config.Default(&c.Heartbeat, 5*time.Second)
+	config.Default(&c.ProgressInterval, 100*time.Millisecond)
+	config.Default(&c.StatusInterval, time.Second)
+	config.Default(&c.MaxResultBytes, 64<<10)
+	config.Default(&c.RememberJobs, 100_000)
 	return c
 }
 
