@@ -430,41 +430,59 @@ func (b *Bench) latency(ctx context.Context) Result {
 	return r
 }
 
+// batchRun is what submitting a workload in batches and waiting for it left.
+type batchRun struct {
+	before    Counters
+	t0        time.Time // first submission
+	ids, errs []string  // accepted job ids; batch errors
+	rows      map[string]JobRow
+	notes     []string
+}
+
+// submitAndWait submits n jobs tagged tag in batches of 1,000 (fill sets
+// each batch's jobs), sets r's enqueue rate and resident memory, and waits
+// up to timeout for the jobs to finish in the status projection.
+func (b *Bench) submitAndWait(ctx context.Context, r *Result, tag string, n int, timeout time.Duration, fill func([]jobReq)) batchRun {
+	run := batchRun{before: b.probe.counters(ctx)}
+	rss := SampleRSS(b.t.PID, 100*time.Millisecond)
+	run.t0 = time.Now()
+	for left := n; left > 0; left -= 1000 {
+		jobs := make([]jobReq, min(1000, left))
+		fill(jobs)
+		got, err := b.submitBatch(ctx, jobs)
+		run.ids = append(run.ids, got...)
+		if err != nil {
+			run.errs = append(run.errs, err.Error())
+		}
+	}
+	r.EnqueueRate = Rate(len(run.ids), time.Since(run.t0))
+	_, ok := b.probe.waitDone(ctx, tag, len(run.ids), timeout)
+	var err error
+	run.rows, err = b.probe.jobs(ctx, tag)
+	r.RSSMB = rss.Stop()
+	if err != nil {
+		run.notes = append(run.notes, "projection read: "+err.Error())
+	}
+	if !ok {
+		run.notes = append(run.notes, "timed out waiting for completion")
+	}
+	return run
+}
+
 // --- delayed ----------------------------------------------------------
 
 func (b *Bench) delayed(ctx context.Context) Result {
 	n := b.sizes.Delayed
 	r := Result{System: "ferry", Workload: "delayed", N: n}
 	tag := b.tag("delayed")
-	before := b.probe.counters(ctx)
-	rss := SampleRSS(b.t.PID, 100*time.Millisecond)
-	var ids []string
-	var errs []string
-	t0 := time.Now()
-	for left := n; left > 0; left -= 1000 {
-		size := min(1000, left)
+	run := b.submitAndWait(ctx, &r, tag, n, b.timeout+b.sizes.Delay, func(jobs []jobReq) {
 		runAt := time.Now().Add(b.sizes.Delay).UTC().Format(time.RFC3339Nano)
-		jobs := make([]jobReq, size)
 		for i := range jobs {
 			jobs[i] = jobReq{"type": "noop", "tags": []string{tag}, "run_at": runAt}
 		}
-		got, err := b.submitBatch(ctx, jobs)
-		ids = append(ids, got...)
-		if err != nil {
-			errs = append(errs, err.Error())
-		}
-	}
-	r.EnqueueRate = Rate(len(ids), time.Since(t0))
-	_, ok := b.probe.waitDone(ctx, tag, len(ids), b.timeout+b.sizes.Delay)
-	rows, err := b.probe.jobs(ctx, tag)
-	r.RSSMB = rss.Stop()
-	var notes []string
-	if err != nil {
-		notes = append(notes, "projection read: "+err.Error())
-	}
-	if !ok {
-		notes = append(notes, "timed out waiting for completion")
-	}
+	})
+	ids, errs, t0, rows, notes := run.ids, run.errs, run.t0, run.rows, run.notes
+	before := run.before
 	var late []float64
 	early := 0
 	var worstEarly time.Duration
@@ -505,34 +523,14 @@ func (b *Bench) retry(ctx context.Context) Result {
 	n := b.sizes.Retry
 	r := Result{System: "ferry", Workload: "retry", N: n}
 	tag := b.tag("retry")
-	before := b.probe.counters(ctx)
-	rss := SampleRSS(b.t.PID, 100*time.Millisecond)
-	var ids []string
-	var errs []string
-	t0 := time.Now()
-	for left := n; left > 0; left -= 1000 {
-		jobs := make([]jobReq, min(1000, left))
+	run := b.submitAndWait(ctx, &r, tag, n, b.timeout, func(jobs []jobReq) {
 		for i := range jobs {
 			jobs[i] = jobReq{"type": "fail", "tags": []string{tag}, "payload": map[string]any{"times": 1},
 				"backoff": map[string]any{"base": "1s", "max": "1s", "jitter": 0}}
 		}
-		got, err := b.submitBatch(ctx, jobs)
-		ids = append(ids, got...)
-		if err != nil {
-			errs = append(errs, err.Error())
-		}
-	}
-	r.EnqueueRate = Rate(len(ids), time.Since(t0))
-	_, ok := b.probe.waitDone(ctx, tag, len(ids), b.timeout)
-	rows, err := b.probe.jobs(ctx, tag)
-	r.RSSMB = rss.Stop()
-	var notes []string
-	if err != nil {
-		notes = append(notes, "projection read: "+err.Error())
-	}
-	if !ok {
-		notes = append(notes, "timed out waiting for completion")
-	}
+	})
+	ids, errs, t0, rows, notes := run.ids, run.errs, run.t0, run.rows, run.notes
+	before := run.before
 	var per []float64
 	var lastDone time.Time
 	for _, row := range rows {
