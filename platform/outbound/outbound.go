@@ -139,7 +139,7 @@ func CheckAddress(address string, allow []netip.Prefix) error {
 		ap = netip.AddrPortFrom(a, 0)
 	}
 	if reason, blocked := Blocked(ap.Addr(), allow); blocked {
-		return &BlockedError{Addr: ap.Addr().Unmap(), Reason: reason}
+		return &BlockedError{Addr: Canonical(ap.Addr()), Reason: reason}
 	}
 	return nil
 }
@@ -160,6 +160,7 @@ var refused = func() []rangeSpec {
 		{"169.254.0.0/16", "link-local"}, // includes the cloud metadata address 169.254.169.254
 		{"192.0.0.0/24", "reserved"},
 		{"192.0.2.0/24", "reserved"},
+		{"192.88.99.0/24", "reserved"}, // 6to4 relay anycast
 		{"198.18.0.0/15", "reserved"},
 		{"198.51.100.0/24", "reserved"},
 		{"203.0.113.0/24", "reserved"},
@@ -167,8 +168,10 @@ var refused = func() []rangeSpec {
 		{"240.0.0.0/4", "reserved"}, // includes broadcast 255.255.255.255
 		{"::/128", "unspecified"},
 		{"::1/128", "loopback"},
-		{"::/96", "reserved"}, // IPv4-compatible (deprecated)
+		{"::/96", "reserved"},          // IPv4-compatible (deprecated)
+		{"64:ff9b:1::/48", "reserved"}, // local-use NAT64 (RFC 8215): translates to anything, public or not
 		{"100::/64", "reserved"},
+		{"2001::/32", "reserved"}, // Teredo: tunnels to an IPv4 address hidden in the bits
 		{"2001:db8::/32", "reserved"},
 		{"fc00::/7", "private"}, // ULA; includes AWS's fd00:ec2::254 metadata address
 		{"fe80::/10", "link-local"},
@@ -183,36 +186,57 @@ var refused = func() []rangeSpec {
 }()
 
 var (
-	nat64  = netip.MustParsePrefix("64:ff9b::/96")
-	sixTo4 = netip.MustParsePrefix("2002::/16")
+	nat64      = netip.MustParsePrefix("64:ff9b::/96")
+	sixTo4     = netip.MustParsePrefix("2002::/16")
+	translated = netip.MustParsePrefix("::ffff:0:0:0/96") // SIIT IPv4-translated (RFC 2765)
 )
+
+// Canonical is the form of a every guard check must see: without an IPv6
+// zone (which makes netip.Prefix.Contains false) and with an IPv4-mapped
+// address (::ffff:a.b.c.d) unmapped to its IPv4 address.
+func Canonical(a netip.Addr) netip.Addr {
+	return a.WithZone("").Unmap()
+}
+
+// embeddedIPv4 returns the IPv4 address an IPv6 translation or tunnelling
+// address routes to (NAT64, 6to4, SIIT), so the guard judges where the
+// packet really ends up.
+func embeddedIPv4(a netip.Addr) (netip.Addr, bool) {
+	if !a.Is6() {
+		return netip.Addr{}, false
+	}
+	b := a.As16()
+	switch {
+	case nat64.Contains(a), translated.Contains(a):
+		return netip.AddrFrom4([4]byte{b[12], b[13], b[14], b[15]}), true
+	case sixTo4.Contains(a):
+		return netip.AddrFrom4([4]byte{b[2], b[3], b[4], b[5]}), true
+	}
+	return netip.Addr{}, false
+}
 
 // Blocked reports whether the guard refuses a, and the name of the range
 // that refuses it. An address inside allow is never refused. IPv4-mapped,
-// NAT64 and 6to4 IPv6 addresses are judged by the IPv4 address they embed.
+// IPv4-translated, NAT64 and 6to4 IPv6 addresses are judged by the IPv4
+// address they embed.
+//
+// The address is judged without its IPv6 zone (fe80::1%eth0, [::1%1]): a
+// zone only picks the interface the packet leaves by, yet
+// netip.Prefix.Contains is false for every zoned address, so without
+// stripping it first "[fd00:ec2::254%1]" would pass every check.
 func Blocked(a netip.Addr, allow []netip.Prefix) (reason string, blocked bool) {
 	if !a.IsValid() {
 		return "invalid", true
 	}
-	a = a.Unmap()
+	a = Canonical(a)
 	for _, p := range allow {
 		if p.Contains(a) {
 			return "", false
 		}
 	}
-	if a.Is6() {
-		b := a.As16()
-		var v4 netip.Addr
-		switch {
-		case nat64.Contains(a):
-			v4 = netip.AddrFrom4([4]byte{b[12], b[13], b[14], b[15]})
-		case sixTo4.Contains(a):
-			v4 = netip.AddrFrom4([4]byte{b[2], b[3], b[4], b[5]})
-		}
-		if v4.IsValid() {
-			if reason, blocked := Blocked(v4, allow); blocked {
-				return reason + " (embedded in IPv6)", true
-			}
+	if v4, ok := embeddedIPv4(a); ok {
+		if reason, blocked := Blocked(v4, allow); blocked {
+			return reason + " (embedded in IPv6)", true
 		}
 	}
 	for _, r := range refused {
