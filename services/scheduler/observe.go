@@ -36,6 +36,45 @@ const gaugeMaxAge = time.Second
 // gaugeMaxInflight bounds the in-flight jobs a snapshot inspects per pool.
 const gaugeMaxInflight = 20000
 
+// maxQueueLabels bounds the distinct queue names the scheduler's counters
+// carry as the queue label over the process's life: OpenTelemetry keeps
+// every series of a cumulative counter, and queue names come from clients.
+// Names beyond the bound are counted under overflowQueue.
+const maxQueueLabels = 1000
+
+// overflowQueue is the queue label of names past maxQueueLabels.
+const overflowQueue = "_other"
+
+// queueLabels hands out queue label values, at most max distinct ones.
+type queueLabels struct {
+	mu   sync.Mutex
+	max  int
+	seen map[string]struct{}
+}
+
+// label is q while q is among the first max names seen, else overflowQueue.
+func (l *queueLabels) label(q string) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if _, ok := l.seen[q]; ok {
+		return q
+	}
+	if len(l.seen) >= l.max {
+		return overflowQueue
+	}
+	if l.seen == nil {
+		l.seen = map[string]struct{}{}
+	}
+	l.seen[q] = struct{}{}
+	return q
+}
+
+// counterQueues are the queue labels of the scheduler's counters.
+var counterQueues = &queueLabels{max: maxQueueLabels}
+
+// queueOf is the queue label of t's job.
+func queueOf(t qstore.Template) string { return counterQueues.label(qstore.QueueOf(t.Job)) }
+
 type jobKey struct{ pool, queue, tenant string }
 type classKey struct {
 	queue, tenant string
@@ -104,7 +143,7 @@ func (s *Service) observeDispatch(ctx context.Context, pool string, res qstore.D
 			s.countDeadLetter(ctx, t, schema.ClassExpired)
 			continue
 		}
-		m.dispatches.Add(ctx, 1, m.byJob.Get(jobKey{pool, qstore.QueueOf(t.Job), t.TenantID}))
+		m.dispatches.Add(ctx, 1, m.byJob.Get(jobKey{pool, queueOf(t), t.TenantID}))
 		if t.TraceParent != "" {
 			r.Context = telemetry.ContextWithTraceParent(ctx, t.TraceParent)
 		}
@@ -120,7 +159,7 @@ func countCompleted(ctx context.Context, tenant string) {
 // countRetry counts and logs a retry decision.
 func (s *Service) countRetry(t qstore.Template, class schema.ErrorClass, delay time.Duration) {
 	m := metrics()
-	m.retries.Add(context.Background(), 1, m.byClass.Get(classKey{qstore.QueueOf(t.Job), t.TenantID, class}))
+	m.retries.Add(context.Background(), 1, m.byClass.Get(classKey{queueOf(t), t.TenantID, class}))
 	s.log.Info("retry scheduled", append(telemetry.JobAttrs(schema.JobRef{JobID: t.JobID, TenantID: t.TenantID, Attempt: t.Attempt}, nil),
 		"class", class, "delay", delay.String())...)
 }
@@ -128,7 +167,7 @@ func (s *Service) countRetry(t qstore.Template, class schema.ErrorClass, delay t
 // countDeadLetter counts and logs a dead-letter decision.
 func (s *Service) countDeadLetter(ctx context.Context, t qstore.Template, class schema.ErrorClass) {
 	m := metrics()
-	m.deadLetters.Add(ctx, 1, m.byClass.Get(classKey{qstore.QueueOf(t.Job), t.TenantID, class}))
+	m.deadLetters.Add(ctx, 1, m.byClass.Get(classKey{queueOf(t), t.TenantID, class}))
 	s.log.Info("job dead-lettered", append(telemetry.JobAttrs(schema.JobRef{JobID: t.JobID, TenantID: t.TenantID, Attempt: t.Attempt}, ctx),
 		"class", class)...)
 }

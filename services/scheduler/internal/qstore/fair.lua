@@ -25,6 +25,15 @@ local function fair_activate(pool, t)
   redis.call('ZADD', ak, vt, t)
 end
 
+-- fair_index lists queue q among the pool's queues and tenant t's queues
+-- of the pool. Every path that makes a job ready or delayed comes through
+-- here, so the dispatch step may drop a queue from both sets as soon as it
+-- holds no job: the sets stay as small as the live queues.
+local function fair_index(pool, q, t)
+  redis.call('SADD', FP .. 'pool:' .. pool .. ':queues', q)
+  redis.call('SADD', FP .. 'pool:' .. pool .. ':tq:' .. t, q)
+end
+
 -- fair_ready indexes a ready job (already in its queue's ready set with
 -- score) in its tenant's ready set and activates the tenant.
 local function fair_ready(jk, id, score)
@@ -33,7 +42,7 @@ local function fair_ready(jk, id, score)
   local k = fair_tq(pool, q, t)
   redis.call('ZADD', k, score, id)
   redis.call('ZREM', k .. ':delayed', id)
-  redis.call('SADD', FP .. 'pool:' .. pool .. ':tq:' .. t, q)
+  fair_index(pool, q, t)
   fair_activate(pool, t)
 end
 
@@ -43,7 +52,7 @@ local function fair_delayed(jk, id, due)
   local f = redis.call('HMGET', jk, 'pool', 'queue', 'tenant')
   local pool, q, t = f[1] or 'short', f[2] or 'default', f[3] or ''
   redis.call('ZADD', fair_tq(pool, q, t) .. ':delayed', due, id)
-  redis.call('SADD', FP .. 'pool:' .. pool .. ':tq:' .. t, q)
+  fair_index(pool, q, t)
 end
 
 -- fair_unindex removes a job from its tenant's sets (ready, delayed, running).

@@ -524,3 +524,58 @@ func TestRebuildOps(t *testing.T) {
 		t.Fatalf("dispatched %v", ids(res.Dispatched))
 	}
 }
+
+// TestEmptyQueuesLeaveTheIndex: a dispatch step drops queues without ready
+// or delayed jobs from the pool's and the tenant's index, so the loops over
+// them follow the live queues, not every name ever used; a job that becomes
+// ready again (lease expiry, new job) puts its queue back.
+func TestEmptyQueuesLeaveTheIndex(t *testing.T) {
+	b := setup(t)
+	b.worker(t0, "w1", 1000)
+	var es []schema.Enqueued
+	for i := range 300 {
+		es = append(es, enq(fmt.Sprintf("j%03d", i), 1, fmt.Sprintf("q%03d", i), 5, t0))
+	}
+	es = append(es, enq("later", 1, "kept", 5, t0.Add(time.Hour)))
+	b.enqueue(t0, es...)
+	poolQ, tenantQ := b.store.Prefix()+"pool:short:queues", b.store.Prefix()+"pool:short:tq:t1"
+	card := func(k string) int64 {
+		n, err := b.rdb.SCard(b.ctx, k).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if card(poolQ) != 301 || card(tenantQ) != 301 {
+		t.Fatalf("indexed %d/%d queues, want 301", card(poolQ), card(tenantQ))
+	}
+	res := b.dispatch(t0, 0)
+	if len(res.Dispatched) != 300 {
+		t.Fatalf("dispatched %d", len(res.Dispatched))
+	}
+	b.dispatch(t0, 0) // the step after the last pop sees every drained queue empty
+	if card(poolQ) != 1 || card(tenantQ) != 1 {
+		t.Fatalf("after draining: %d/%d queues indexed, want only the delayed one", card(poolQ), card(tenantQ))
+	}
+	// Lease expiries make the jobs ready again: their queues come back.
+	b.worker(t0.Add(11*time.Second), "w1", 1000)
+	if res := b.dispatch(t0.Add(11*time.Second), 0); len(res.Dispatched) == 0 {
+		t.Fatal("expired leases not re-dispatched")
+	}
+	b.apply(t0.Add(11*time.Second), func(batch *Batch) {
+		for i := range 300 {
+			batch.Complete(fmt.Sprintf("j%03d", i), "t1", "")
+		}
+	})
+	b.dispatch(t0.Add(11*time.Second), 0)
+	if card(poolQ) != 1 || card(tenantQ) != 1 {
+		t.Fatalf("after completing: %d/%d queues indexed, want only the delayed one", card(poolQ), card(tenantQ))
+	}
+	b.enqueue(t0, enq("new", 1, "q007", 5, t0))
+	if ok, _ := b.rdb.SIsMember(b.ctx, tenantQ, "q007").Result(); !ok {
+		t.Fatal("a new job's queue is not indexed again")
+	}
+	if got := ids(b.dispatch(t0.Add(11*time.Second), 0).Dispatched); !slices.Contains(got, "new") {
+		t.Fatalf("new job in a re-indexed queue not dispatched: %v", got)
+	}
+}
