@@ -5,6 +5,11 @@
 // the batch's partitions in the same transaction (table ferry_offsets). On
 // assignment it resumes from the stored offsets, never from Kafka's committed
 // ones, so a crash anywhere neither loses nor doubles a row.
+//
+// A batch that fails is retried while the failure is transient; a record
+// that fails deterministically is isolated by bisecting the batch and parked
+// in the quarantine (platform/quarantine) together with the offsets past it,
+// so one record never stops the projection for everyone.
 package projection
 
 import (
@@ -13,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -21,21 +27,30 @@ import (
 
 	"github.com/ferryhq/ferry/platform/kafkax"
 	"github.com/ferryhq/ferry/platform/pgstore"
+	"github.com/ferryhq/ferry/platform/quarantine"
 )
 
 //go:embed migrations/*.sql
 var migrations embed.FS
 
-// Migrate creates the offsets table. Run it before Run.
+// Migrate creates the offsets and quarantine tables. Run it before Run.
 func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
-	return pgstore.MigrateEmbedded(ctx, pool, "projection", migrations, "migrations")
+	if err := pgstore.MigrateEmbedded(ctx, pool, "projection", migrations, "migrations"); err != nil {
+		return err
+	}
+	return quarantine.Migrate(ctx, pool)
 }
 
 // ApplyFunc writes one batch of records inside tx. It must be idempotent per
 // record (a batch may be re-applied after a crash before commit is
 // impossible, but a record may legitimately be delivered twice by
-// producers), and should skip records it cannot decode rather than fail:
-// returning an error retries the whole batch.
+// producers), and should skip records it cannot decode rather than fail.
+// Returning an error retries the batch; an error quarantine.IsPoison
+// accepts (a Postgres data or constraint error, or one marked with
+// quarantine.Poison) leads, after quarantine.MaxTries, to the batch being
+// split and the record that causes it parked. ApplyFunc also re-applies a
+// single parked record an operator retries, possibly long after the
+// records that followed it: it must not depend on order (schema.PositionOf).
 type ApplyFunc func(ctx context.Context, tx pgx.Tx, recs []*kgo.Record) error
 
 // Config of a projection.
@@ -58,9 +73,11 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// Run consumes until ctx is done. Errors applying a batch are logged and
-// the batch retried with backoff; Run returns only on ctx cancellation or a
-// setup error.
+// Run consumes until ctx is done. A batch that fails is retried with
+// backoff while the failure is transient and its poison records are parked
+// (package quarantine); beside the consumer, quarantine.Watch re-applies the
+// group's records an operator retries. Run returns only on ctx
+// cancellation or a setup error.
 func Run(ctx context.Context, pool *pgxpool.Pool, cfg Config, apply ApplyFunc) error {
 	if cfg.MaxBatch <= 0 {
 		cfg.MaxBatch = 2000
@@ -88,15 +105,23 @@ func Run(ctx context.Context, pool *pgxpool.Pool, cfg Config, apply ApplyFunc) e
 		return err
 	}
 	defer cl.Close()
-	lagCtx, stopLag := context.WithCancel(ctx)
-	lagDone := make(chan struct{})
+	bgCtx, stopBg := context.WithCancel(ctx)
+	var bg sync.WaitGroup
+	bg.Add(2)
 	go func() {
-		defer close(lagDone)
-		kafkax.WatchLag(lagCtx, cl, cfg.Group, cfg.Topics, func(ctx context.Context) (map[string]map[int32]int64, error) {
+		defer bg.Done()
+		kafkax.WatchLag(bgCtx, cl, cfg.Group, cfg.Topics, func(ctx context.Context) (map[string]map[int32]int64, error) {
 			return loadOffsets(ctx, pool, cfg.Group)
 		})
 	}()
-	defer func() { stopLag(); <-lagDone }()
+	go func() {
+		defer bg.Done()
+		quarantine.Watch(bgCtx, pool, cfg.Group, func(ctx context.Context, tx pgx.Tx, rec *kgo.Record) error {
+			return apply(ctx, tx, []*kgo.Record{rec})
+		}, log)
+	}()
+	defer func() { stopBg(); bg.Wait() }()
+	settler := newSettler(pool, cfg.Group, apply, log)
 	tr := newTracer(cfg.Group)
 	for {
 		fetches := cl.PollRecords(ctx, cfg.MaxBatch)
@@ -112,39 +137,39 @@ func Run(ctx context.Context, pool *pgxpool.Pool, cfg Config, apply ApplyFunc) e
 		recs := fetches.Records()
 		if len(recs) > 0 {
 			spans := tr.start(recs)
-			err := applyWithRetry(ctx, pool, cfg.Group, recs, apply, log)
+			err := settler.Settle(ctx, recs)
 			tr.end(spans, err)
 			if err != nil {
 				cl.AllowRebalance()
-				return nil // ctx cancelled mid-retry; the uncommitted batch is re-read on restart
+				return nil // ctx cancelled mid-retry; the uncommitted rest is re-read on restart
 			}
 		}
 		cl.AllowRebalance()
 	}
 }
 
-func applyWithRetry(ctx context.Context, pool *pgxpool.Pool, group string, recs []*kgo.Record, apply ApplyFunc, log *slog.Logger) error {
-	backoff := 50 * time.Millisecond
-	for {
-		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-			if err := apply(ctx, tx, recs); err != nil {
-				return err
-			}
-			return saveOffsets(ctx, tx, group, recs)
-		})
-		if err == nil {
-			return nil
-		}
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		log.Error("projection batch failed; retrying", "group", group, "records", len(recs), "err", err)
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(backoff):
-		}
-		backoff = min(backoff*2, 5*time.Second)
+// newSettler applies a prefix of a batch, or parks one record, in one
+// transaction with the offsets past it: exactly once either way.
+func newSettler(pool *pgxpool.Pool, group string, apply ApplyFunc, log *slog.Logger) *quarantine.Settler {
+	return &quarantine.Settler{
+		Group:  group,
+		Logger: log,
+		Apply: func(ctx context.Context, recs []*kgo.Record) error {
+			return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+				if err := apply(ctx, tx, recs); err != nil {
+					return err
+				}
+				return saveOffsets(ctx, tx, group, recs)
+			})
+		},
+		Park: func(ctx context.Context, rec *kgo.Record, cause error, tries int) error {
+			return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+				if err := quarantine.Park(ctx, tx, group, rec, cause, tries); err != nil {
+					return err
+				}
+				return saveOffsets(ctx, tx, group, []*kgo.Record{rec})
+			})
+		},
 	}
 }
 
