@@ -8,6 +8,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"regexp"
 	"time"
@@ -46,8 +47,15 @@ type BackoffRequest struct {
 
 // Limits bound submissions and hold the operator's defaults.
 type Limits struct {
-	// MaxPayloadBytes bounds the payload's encoded size.
+	// MaxPayloadBytes bounds the payload's size as produced in the
+	// enqueued event (compact, '<', '>' and '&' escaped as \u003c …), not
+	// as sent: a payload grows up to 6× once escaped.
 	MaxPayloadBytes int
+	// MaxDelay bounds how far ahead run_at, delay and the retry backoff
+	// may reach (0: MaxAhead). It stays below the topics' retention: after
+	// losing Redis the scheduler rebuilds delayed jobs only from what
+	// Kafka still holds.
+	MaxDelay time.Duration
 	// MaxAttemptsByType is the default max_attempts of jobs of a type that
 	// do not set their own; other types default to DefaultMaxAttempts.
 	MaxAttemptsByType map[string]int
@@ -86,163 +94,258 @@ type Accepted struct {
 type Invalid struct {
 	// TooLarge is set when the payload exceeds the limit (413).
 	TooLarge bool
+	// Code is the specific error code when every bad field has the same
+	// one (payload_unstorable, run_at_too_far); "" means validation_failed.
+	Code string
 	// Fields maps each bad field to what is wrong with it (422).
 	Fields map[string]string
 }
 
+// Specific error codes of field errors.
+const (
+	CodePayloadUnstorable = "payload_unstorable"
+	CodeRunAtTooFar       = "run_at_too_far"
+)
+
 func (e *Invalid) Error() string { return fmt.Sprintf("invalid submission: %v", e.Fields) }
 
 // Validate checks req at now, applying defaults. It returns *Invalid for a
-// bad request.
+// bad request. Every string it accepts is storable text and the payload is
+// storable by Postgres jsonb (schema.CheckText, schema.CheckJSON): a record
+// no projection can store would stop every tenant behind it.
 func Validate(req Request, now time.Time, lim Limits) (Accepted, error) {
-	bad := map[string]string{}
+	v := validation{bad: map[string]string{}, codes: map[string]string{}, lim: lim, now: now}
+	if lim.MaxDelay <= 0 {
+		v.lim.MaxDelay = MaxAhead
+	}
 	spec := schema.JobSpec{Type: req.Type, Queue: DefaultQueue, Priority: DefaultPriority, MaxAttempts: DefaultMaxAttempts, Pool: schema.PoolShort}
 	if n, ok := lim.MaxAttemptsByType[req.Type]; ok {
 		spec.MaxAttempts = n
 	}
+	v.names(req, &spec)
+	v.payload(req.Payload, &spec)
+	runAt := v.runAt(req)
+	v.limits(req, &spec, runAt)
+	v.tags(req.Tags, &spec)
+	v.backoff(req.Backoff, &spec)
+	if err := schema.CheckText(req.IdempotencyKey); err != nil {
+		v.bad["idempotency_key"] = schema.FieldMessage(err)
+	} else if len(req.IdempotencyKey) > MaxIdempotencyKey {
+		v.bad["idempotency_key"] = fmt.Sprintf("must be at most %d characters", MaxIdempotencyKey)
+	}
+	if len(v.bad) > 0 {
+		return Accepted{}, v.invalid()
+	}
+	return Accepted{Spec: spec, RunAt: runAt.UTC(), Hash: Hash(req)}, nil
+}
+
+// validation collects the field errors of one submission.
+type validation struct {
+	bad      map[string]string
+	codes    map[string]string // field → specific error code
+	tooLarge bool
+	lim      Limits
+	now      time.Time
+}
+
+func (v *validation) invalid() *Invalid {
+	inv := &Invalid{TooLarge: v.tooLarge && len(v.bad) == 1, Fields: v.bad}
+	for field := range v.bad {
+		code := v.codes[field]
+		if code == "" || (inv.Code != "" && inv.Code != code) {
+			inv.Code = ""
+			break
+		}
+		inv.Code = code
+	}
+	return inv
+}
+
+// text records a field error when s is not storable text; it reports
+// whether s is.
+func (v *validation) text(field, s string) bool {
+	if err := schema.CheckText(s); err != nil {
+		v.bad[field] = schema.FieldMessage(err)
+		return false
+	}
+	return true
+}
+
+// names checks type, queue, priority and pool.
+func (v *validation) names(req Request, spec *schema.JobSpec) {
 	switch {
 	case req.Type == "":
-		bad["type"] = "is required"
+		v.bad["type"] = "is required"
+	case !v.text("type", req.Type):
 	case !typePattern.MatchString(req.Type):
-		bad["type"] = "must start with a letter and hold at most 128 letters, digits, '_', '.', ':', '/' or '-'"
+		v.bad["type"] = "must start with a letter and hold at most 128 letters, digits, '_', '.', ':', '/' or '-'"
 	}
 	if req.Queue != nil {
 		spec.Queue = *req.Queue
-		if !queuePattern.MatchString(spec.Queue) {
-			bad["queue"] = "must hold 1 to 64 lower-case letters, digits, '_', '.' or '-', starting with a letter or digit"
+		if v.text("queue", spec.Queue) && !queuePattern.MatchString(spec.Queue) {
+			v.bad["queue"] = "must hold 1 to 64 lower-case letters, digits, '_', '.' or '-', starting with a letter or digit"
 		}
 	}
 	if req.Priority != nil {
 		spec.Priority = *req.Priority
 		if spec.Priority < 0 || spec.Priority > 9 {
-			bad["priority"] = "must be between 0 (most urgent) and 9"
+			v.bad["priority"] = "must be between 0 (most urgent) and 9"
 		}
 	}
-	tooLarge := false
-	if len(req.Payload) > 0 && !bytes.Equal(bytes.TrimSpace(req.Payload), []byte("null")) {
-		var buf bytes.Buffer
-		if err := json.Compact(&buf, req.Payload); err != nil {
-			bad["payload"] = "must be JSON"
-		} else if lim.MaxPayloadBytes > 0 && buf.Len() > lim.MaxPayloadBytes {
-			tooLarge = true
-			bad["payload"] = fmt.Sprintf("must be at most %d bytes", lim.MaxPayloadBytes)
-		} else {
-			spec.Payload = buf.Bytes()
+	if req.Pool != nil {
+		spec.Pool = *req.Pool
+		if v.text("pool", spec.Pool) && spec.Pool != schema.PoolShort && spec.Pool != schema.PoolLong {
+			v.bad["pool"] = `must be "short" or "long"`
 		}
 	}
-	runAt := now
+}
+
+// payload checks the payload and stores it as it will be produced; the
+// size limit applies to those bytes.
+func (v *validation) payload(raw json.RawMessage, spec *schema.JobSpec) {
+	if len(raw) == 0 || bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
+		return
+	}
+	enc, err := schema.EncodePayload(raw)
+	var ue *schema.UnstorableJSONError
+	switch {
+	case errors.As(err, &ue):
+		field := "payload" + ue.Path
+		v.bad[field] = ue.Reason + ", which Postgres jsonb cannot store"
+		v.codes[field] = CodePayloadUnstorable
+	case err != nil:
+		v.bad["payload"] = "must be JSON"
+	case v.lim.MaxPayloadBytes > 0 && len(enc) > v.lim.MaxPayloadBytes:
+		v.tooLarge = true
+		v.bad["payload"] = fmt.Sprintf("must be at most %d bytes as encoded in the job's event (compact JSON, '<', '>' and '&' escaped as \\u003c, \\u003e, \\u0026); it is %d", v.lim.MaxPayloadBytes, len(enc))
+	default:
+		spec.Payload = enc
+	}
+}
+
+// runAt checks run_at and delay and returns when the first attempt may
+// start.
+func (v *validation) runAt(req Request) time.Time {
+	now, maxAhead := v.now, v.lim.MaxDelay
+	tooFar := fmt.Sprintf("is more than %s ahead, the longest delay this deployment accepts (FERRY_API_MAX_DELAY, below the topics' retention)", maxAhead)
 	switch {
 	case req.RunAt != nil && req.Delay != nil:
-		bad["run_at"] = "give run_at or delay, not both"
+		v.bad["run_at"] = "give run_at or delay, not both"
 	case req.RunAt != nil:
+		if !v.text("run_at", *req.RunAt) {
+			return now
+		}
 		t, err := time.Parse(time.RFC3339Nano, *req.RunAt)
 		switch {
 		case err != nil:
-			bad["run_at"] = "must be an RFC 3339 time such as 2026-01-02T15:04:05Z"
+			v.bad["run_at"] = "must be an RFC 3339 time such as 2026-01-02T15:04:05Z"
 		case t.Before(now.Add(-MaxPast)):
-			bad["run_at"] = "is more than 1h in the past"
-		case t.After(now.Add(MaxAhead)):
-			bad["run_at"] = "is more than 1 year ahead"
+			v.bad["run_at"] = "is more than 1h in the past"
+		case t.After(now.Add(maxAhead)):
+			v.bad["run_at"], v.codes["run_at"] = tooFar, CodeRunAtTooFar
 		case t.After(now):
-			runAt = t
+			return t
 		}
 	case req.Delay != nil:
+		if !v.text("delay", *req.Delay) {
+			return now
+		}
 		d, err := time.ParseDuration(*req.Delay)
 		switch {
 		case err != nil:
-			bad["delay"] = `must be a duration such as "500ms", "2s" or "1h30m"`
+			v.bad["delay"] = `must be a duration such as "500ms", "2s" or "1h30m"`
 		case d < 0:
-			bad["delay"] = "must not be negative"
-		case d > MaxAhead:
-			bad["delay"] = "must be at most 1 year"
+			v.bad["delay"] = "must not be negative"
+		case d > maxAhead:
+			v.bad["delay"], v.codes["delay"] = tooFar, CodeRunAtTooFar
 		default:
-			runAt = now.Add(d)
+			return now.Add(d)
 		}
 	}
+	return now
+}
+
+// limits checks max_attempts, timeout and not_after.
+func (v *validation) limits(req Request, spec *schema.JobSpec, runAt time.Time) {
 	if req.MaxAttempts != nil {
 		spec.MaxAttempts = *req.MaxAttempts
 		if spec.MaxAttempts < 1 || spec.MaxAttempts > MaxMaxAttempts {
-			bad["max_attempts"] = fmt.Sprintf("must be between 1 and %d", MaxMaxAttempts)
+			v.bad["max_attempts"] = fmt.Sprintf("must be between 1 and %d", MaxMaxAttempts)
 		}
 	}
-	if req.Timeout != nil {
+	if req.Timeout != nil && v.text("timeout", *req.Timeout) {
 		d, err := time.ParseDuration(*req.Timeout)
 		switch {
 		case err != nil:
-			bad["timeout"] = `must be a duration such as "30s"`
+			v.bad["timeout"] = `must be a duration such as "30s"`
 		case d <= 0:
-			bad["timeout"] = "must be positive"
+			v.bad["timeout"] = "must be positive"
 		case d > MaxTimeout:
-			bad["timeout"] = "must be at most 24h"
+			v.bad["timeout"] = "must be at most 24h"
 		default:
 			spec.Timeout = schema.Duration(d)
 		}
 	}
-	if req.NotAfter != nil {
+	if req.NotAfter != nil && v.text("not_after", *req.NotAfter) {
 		t, err := time.Parse(time.RFC3339Nano, *req.NotAfter)
 		switch {
 		case err != nil:
-			bad["not_after"] = "must be an RFC 3339 time"
-		case !t.After(now):
-			bad["not_after"] = "must be in the future"
+			v.bad["not_after"] = "must be an RFC 3339 time"
+		case !t.After(v.now):
+			v.bad["not_after"] = "must be in the future"
 		case !t.After(runAt):
-			bad["not_after"] = "must be after the job's run_at"
+			v.bad["not_after"] = "must be after the job's run_at"
 		default:
 			u := t.UTC()
 			spec.NotAfter = &u
 		}
 	}
-	if len(req.Tags) > MaxTags {
-		bad["tags"] = fmt.Sprintf("at most %d tags", MaxTags)
+}
+
+func (v *validation) tags(tags []string, spec *schema.JobSpec) {
+	if len(tags) > MaxTags {
+		v.bad["tags"] = fmt.Sprintf("at most %d tags", MaxTags)
 	}
-	for i, tag := range req.Tags {
-		if tag == "" || len(tag) > MaxTagLen {
-			bad[fmt.Sprintf("tags[%d]", i)] = fmt.Sprintf("must hold 1 to %d characters", MaxTagLen)
+	for i, tag := range tags {
+		field := fmt.Sprintf("tags[%d]", i)
+		if v.text(field, tag) && (tag == "" || len(tag) > MaxTagLen) {
+			v.bad[field] = fmt.Sprintf("must hold 1 to %d characters", MaxTagLen)
 		}
 	}
-	if len(req.Tags) > 0 {
-		spec.Tags = append([]string(nil), req.Tags...)
+	if len(tags) > 0 {
+		spec.Tags = append([]string(nil), tags...)
 	}
-	if req.Pool != nil {
-		spec.Pool = *req.Pool
-		if spec.Pool != schema.PoolShort && spec.Pool != schema.PoolLong {
-			bad["pool"] = `must be "short" or "long"`
-		}
+}
+
+func (v *validation) backoff(req *BackoffRequest, spec *schema.JobSpec) {
+	if req == nil {
+		return
 	}
-	if req.Backoff != nil {
-		b := &schema.Backoff{}
-		parse := func(name string, s *string) schema.Duration {
-			if s == nil {
-				return 0
-			}
-			d, err := time.ParseDuration(*s)
-			if err != nil || d <= 0 || d > MaxAhead {
-				bad["backoff."+name] = `must be a positive duration such as "1s"`
-				return 0
-			}
-			return schema.Duration(d)
+	b := &schema.Backoff{}
+	parse := func(name string, s *string) schema.Duration {
+		if s == nil || !v.text("backoff."+name, *s) {
+			return 0
 		}
-		b.Base, b.Max = parse("base", req.Backoff.Base), parse("max", req.Backoff.Max)
-		if b.Base > 0 && b.Max > 0 && b.Max < b.Base {
-			bad["backoff.max"] = "must not be less than backoff.base"
+		d, err := time.ParseDuration(*s)
+		if err != nil || d <= 0 || d > v.lim.MaxDelay {
+			v.bad["backoff."+name] = fmt.Sprintf(`must be a positive duration such as "1s", at most %s`, v.lim.MaxDelay)
+			return 0
 		}
-		if j := req.Backoff.Jitter; j != nil {
-			if *j < 0 || *j > 1 {
-				bad["backoff.jitter"] = "must be between 0 and 1"
-			}
-			b.Jitter = j
-		}
-		if b.Base > 0 || b.Max > 0 || b.Jitter != nil {
-			spec.Backoff = b
-		}
+		return schema.Duration(d)
 	}
-	if len(req.IdempotencyKey) > MaxIdempotencyKey {
-		bad["idempotency_key"] = fmt.Sprintf("must be at most %d characters", MaxIdempotencyKey)
+	b.Base, b.Max = parse("base", req.Base), parse("max", req.Max)
+	if b.Base > 0 && b.Max > 0 && b.Max < b.Base {
+		v.bad["backoff.max"] = "must not be less than backoff.base"
 	}
-	if len(bad) > 0 {
-		return Accepted{}, &Invalid{TooLarge: tooLarge && len(bad) == 1, Fields: bad}
+	if j := req.Jitter; j != nil {
+		if *j < 0 || *j > 1 {
+			v.bad["backoff.jitter"] = "must be between 0 and 1"
+		}
+		b.Jitter = j
 	}
-	return Accepted{Spec: spec, RunAt: runAt.UTC(), Hash: Hash(req)}, nil
+	if b.Base > 0 || b.Max > 0 || b.Jitter != nil {
+		spec.Backoff = b
+	}
 }
 
 // Hash returns the idempotency hash of req: SHA-256 over its canonical JSON

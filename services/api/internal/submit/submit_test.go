@@ -101,3 +101,127 @@ func TestBackoffJitter(t *testing.T) {
 		t.Fatalf("jitter 1.5: %v", err)
 	}
 }
+
+// TestUnstorableText: NUL and invalid UTF-8 in any text field are field
+// errors, so no record a projection cannot store is ever produced.
+func TestUnstorableText(t *testing.T) {
+	for _, bad := range []string{"a\x00b", "a\xffb"} {
+		cases := map[string]Request{
+			"type":            {Type: "x" + bad},
+			"queue":           {Type: "x", Queue: sp("q" + bad)},
+			"tags[1]":         {Type: "x", Tags: []string{"ok", bad}},
+			"pool":            {Type: "x", Pool: sp(bad)},
+			"idempotency_key": {Type: "x", IdempotencyKey: "k" + bad},
+			"run_at":          {Type: "x", RunAt: sp(bad)},
+			"delay":           {Type: "x", Delay: sp(bad)},
+			"timeout":         {Type: "x", Timeout: sp(bad)},
+			"not_after":       {Type: "x", NotAfter: sp(bad)},
+			"backoff.base":    {Type: "x", Backoff: &BackoffRequest{Base: sp(bad)}},
+		}
+		for field, req := range cases {
+			_, err := Validate(req, now, Limits{MaxPayloadBytes: 100})
+			var inv *Invalid
+			if !errors.As(err, &inv) || len(inv.Fields) != 1 {
+				t.Errorf("%s %q: %v", field, bad, err)
+				continue
+			}
+			msg, ok := inv.Fields[field]
+			if !ok || !(strings.Contains(msg, "NUL") || strings.Contains(msg, "UTF-8")) || inv.Code != "" {
+				t.Errorf("%s %q: fields %v code %q", field, bad, inv.Fields, inv.Code)
+			}
+		}
+	}
+}
+
+// TestUnstorablePayload: a payload jsonb cannot store is refused with
+// payload_unstorable and the path of the bad value.
+func TestUnstorablePayload(t *testing.T) {
+	cases := map[string]string{
+		`{"a":{"b":["ok","x\u0000"]}}`: "payload.a.b[1]",
+		`"\u0000"`:                     "payload",
+		`{"k\u0000":1}`:                `payload["k\u0000"]`,
+		`["\ud800"]`:                   "payload[0]",
+		"{\"s\":\"\xff\"}":             "payload.s",
+		`{"n":1e400}`:                  "payload.n",
+	}
+	for doc, field := range cases {
+		_, err := Validate(Request{Type: "x", Payload: json.RawMessage(doc)}, now, Limits{MaxPayloadBytes: 1000})
+		var inv *Invalid
+		if !errors.As(err, &inv) || inv.Code != CodePayloadUnstorable || inv.TooLarge || inv.Fields[field] == "" {
+			t.Errorf("%s: %v (code %q, fields %v)", doc, err, codeOf(inv), fieldsOf(inv))
+		}
+	}
+	// With another bad field the code is the generic one.
+	_, err := Validate(Request{Type: "x", Priority: ip(99), Payload: json.RawMessage(`"\u0000"`)}, now, Limits{MaxPayloadBytes: 1000})
+	var inv *Invalid
+	if !errors.As(err, &inv) || inv.Code != "" || len(inv.Fields) != 2 {
+		t.Fatalf("two bad fields: %v code %q", err, codeOf(inv))
+	}
+}
+
+func codeOf(inv *Invalid) string {
+	if inv == nil {
+		return ""
+	}
+	return inv.Code
+}
+
+func fieldsOf(inv *Invalid) map[string]string {
+	if inv == nil {
+		return nil
+	}
+	return inv.Fields
+}
+
+// TestPayloadLimitOnEncodedBytes: the limit applies to the payload as the
+// enqueued event carries it: '<' counts 6 bytes, whitespace none.
+func TestPayloadLimitOnEncodedBytes(t *testing.T) {
+	lim := Limits{MaxPayloadBytes: 1000}
+	blowup := json.RawMessage(`"` + strings.Repeat("<", 500) + `"`) // 502 bytes sent, 3002 produced
+	_, err := Validate(Request{Type: "x", Payload: blowup}, now, lim)
+	var inv *Invalid
+	if !errors.As(err, &inv) || !inv.TooLarge {
+		t.Fatalf("'<' blow-up: %v", err)
+	}
+	spaced := json.RawMessage(`[` + strings.Repeat(" 1 ,", 300) + ` 1 ]`) // 1205 bytes sent, 603 produced
+	a, err := Validate(Request{Type: "x", Payload: spaced}, now, lim)
+	if err != nil || len(a.Spec.Payload) != 603 {
+		t.Fatalf("whitespace: %v, %d bytes", err, len(a.Spec.Payload))
+	}
+	a, err = Validate(Request{Type: "x", Payload: json.RawMessage(`{"h":"<b>"}`)}, now, lim)
+	if err != nil || string(a.Spec.Payload) != `{"h":"\u003cb\u003e"}` {
+		t.Fatalf("the spec holds the produced bytes: %s %v", a.Spec.Payload, err)
+	}
+}
+
+// TestMaxDelay: run_at, delay and backoff stay within Limits.MaxDelay, with
+// run_at_too_far.
+func TestMaxDelay(t *testing.T) {
+	lim := Limits{MaxDelay: 6 * 24 * time.Hour}
+	ok := []Request{
+		{Type: "x", Delay: sp("144h")},
+		{Type: "x", RunAt: sp(now.Add(6 * 24 * time.Hour).Format(time.RFC3339))},
+		{Type: "x", Backoff: &BackoffRequest{Max: sp("144h")}},
+	}
+	for _, req := range ok {
+		if _, err := Validate(req, now, lim); err != nil {
+			t.Errorf("%+v: %v", req, err)
+		}
+	}
+	far := map[string]Request{
+		"delay":  {Type: "x", Delay: sp("144h1s")},
+		"run_at": {Type: "x", RunAt: sp(now.Add(6*24*time.Hour + time.Second).Format(time.RFC3339))},
+	}
+	for field, req := range far {
+		_, err := Validate(req, now, lim)
+		var inv *Invalid
+		if !errors.As(err, &inv) || inv.Code != CodeRunAtTooFar || inv.Fields[field] == "" {
+			t.Errorf("%s: %v code %q", field, err, codeOf(inv))
+		}
+	}
+	_, err := Validate(Request{Type: "x", Backoff: &BackoffRequest{Max: sp("145h")}}, now, lim)
+	var inv *Invalid
+	if !errors.As(err, &inv) || inv.Fields["backoff.max"] == "" {
+		t.Fatalf("backoff beyond the max delay: %v", err)
+	}
+}
