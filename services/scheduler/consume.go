@@ -5,20 +5,27 @@ import (
 	"errors"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ferryhq/ferry/events/schema"
 	"github.com/ferryhq/ferry/platform/kafkax"
+	"github.com/ferryhq/ferry/platform/quarantine"
 	"github.com/ferryhq/ferry/platform/telemetry"
 	"github.com/ferryhq/ferry/services/scheduler/internal/qstore"
 	"github.com/ferryhq/ferry/services/scheduler/internal/retry"
 )
 
-// consume polls the lifecycle and worker topics and applies each batch.
-// A batch is retried until it succeeds or ctx ends; its offsets are
-// marked for commit only once its effects are in Redis and its records in
-// Kafka.
+// consume polls the lifecycle and worker topics and applies each batch
+// through the quarantine (settler): a failing batch is retried while the
+// failure is transient (Redis or Kafka unavailable, the Redis state lost),
+// and a record that fails deterministically (a decision record over the
+// broker's maximum message size) is parked after a few tries, so dispatch
+// goes on for everyone else. Offsets are marked for commit only once a
+// part's effects are in Redis and its records in Kafka, or it is parked.
 func (s *Service) consume(ctx context.Context, cl *kgo.Client) error {
+	defer s.watchQuarantine(ctx)()
+	settler := s.settler(cl)
 	for {
 		fetches := cl.PollRecords(ctx, s.cfg.MaxPoll)
 		if fetches.IsClientClosed() {
@@ -29,38 +36,12 @@ func (s *Service) consume(ctx context.Context, cl *kgo.Client) error {
 				s.log.Warn("fetch", "topic", topic, "partition", p, "err", err)
 			}
 		})
-		recs := fetches.Records()
-		if len(recs) > 0 {
-			// The batch in hand is finished even when ctx ends meanwhile.
-			bctx := context.WithoutCancel(ctx)
-			backoff := 50 * time.Millisecond
-			for {
-				err := s.processGated(bctx, recs)
-				if err == nil {
-					// Committed in the background (kafkax.MarkedGroup); a
-					// crash before that replays the batch, which is
-					// idempotent.
-					cl.MarkCommitRecords(recs...)
-					break
-				}
-				if errors.Is(err, qstore.ErrNoEpoch) {
-					// The recovery loop rebuilds the state; then this batch
-					// is applied on top of it.
-					s.stateLost()
-					backoff = 50 * time.Millisecond
-				} else {
-					s.log.Error("process batch", "records", len(recs), "err", err)
-				}
-				if ctx.Err() != nil {
-					// Uncommitted: the group's next owner replays it.
-					cl.AllowRebalance()
-					return nil
-				}
-				select {
-				case <-ctx.Done():
-				case <-time.After(backoff):
-				}
-				backoff = min(2*backoff, 2*time.Second)
+		if recs := fetches.Records(); len(recs) > 0 {
+			if err := settler.Settle(ctx, recs); err != nil {
+				// ctx ended mid-retry. Unmarked records are replayed by
+				// the group's next owner.
+				cl.AllowRebalance()
+				return nil
 			}
 		}
 		cl.AllowRebalance()
@@ -68,6 +49,69 @@ func (s *Service) consume(ctx context.Context, cl *kgo.Client) error {
 			return nil
 		}
 	}
+}
+
+// settler applies (part of) a polled batch and marks it for commit, or
+// parks one record in the quarantine table and marks it. Without Postgres
+// (tests only) nothing is parked and a failing batch is retried forever.
+//
+// Apply and Park run to completion even when ctx ends meanwhile (the part
+// in hand is finished); the settler stops between tries. Marks are
+// committed in the background (kafkax.MarkedGroup); a crash before that
+// replays the records, which is idempotent: Redis scripts ignore repeats,
+// a replayed failure yields the same decision, and parking the same record
+// again updates its row (quarantine.Park).
+func (s *Service) settler(cl *kgo.Client) *quarantine.Settler {
+	st := &quarantine.Settler{
+		Group:      Group,
+		Logger:     s.log,
+		MaxBackoff: 2 * time.Second,
+		Apply: func(ctx context.Context, recs []*kgo.Record) error {
+			err := s.processGated(context.WithoutCancel(ctx), recs)
+			if errors.Is(err, qstore.ErrNoEpoch) {
+				// The recovery loop rebuilds the state; then this part is
+				// applied on top of it.
+				s.stateLost()
+			}
+			if err == nil {
+				cl.MarkCommitRecords(recs...)
+			}
+			return err
+		},
+	}
+	if s.deps.Postgres != nil {
+		st.Park = func(ctx context.Context, rec *kgo.Record, cause error, tries int) error {
+			err := quarantine.Park(context.WithoutCancel(ctx), s.deps.Postgres, Group, rec, cause, tries)
+			if err == nil {
+				cl.MarkCommitRecords(rec)
+			}
+			return err
+		}
+	}
+	return st
+}
+
+// watchQuarantine runs quarantine.Watch for the scheduler's group beside
+// the consumer (operators' retries, the gauge) and returns its stop.
+func (s *Service) watchQuarantine(ctx context.Context) (stop func()) {
+	if s.deps.Postgres == nil {
+		return func() {}
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		quarantine.Watch(wctx, s.deps.Postgres, Group, s.reapply, s.log)
+	}()
+	return func() { cancel(); <-done }
+}
+
+// reapply is the scheduler's quarantine.ReapplyFunc: an operator's retry
+// of a parked record runs it through process again (Redis effects are
+// idempotent; a failed attempt's decision is produced anew). tx only holds
+// the quarantine row meanwhile, so two replicas never both re-apply it.
+func (s *Service) reapply(ctx context.Context, _ pgx.Tx, rec *kgo.Record) error {
+	return s.processGated(ctx, []*kgo.Record{rec})
 }
 
 // processGated is process under the shared gate: never during a rebuild.
@@ -177,9 +221,12 @@ func (s *Service) superseded(t qstore.Template, now time.Time) (*kgo.Record, err
 	})
 }
 
-// decide turns a failed attempt into its retry or dead-letter record.
+// decide turns a failed attempt into its retry or dead-letter record. The
+// history it carries is bounded (boundHistory) and so is each error
+// message (history.go): a job's records cannot outgrow the broker's
+// maximum message size however often it fails or however long its errors.
 func (s *Service) decide(t qstore.Template, f schema.Failed, now time.Time) (*kgo.Record, error) {
-	hist := append(append([]schema.Attempt(nil), t.History...), attemptOf(f))
+	hist := boundHistory(append(append([]schema.Attempt(nil), t.History...), attemptOf(f)))
 	d := s.policy.Decide(retry.Input{
 		Job: t.Job, Attempt: t.Attempt, Class: f.Error.Class, RetryAfter: f.RetryAfter.D(), History: t.History,
 	})
@@ -199,7 +246,7 @@ func (s *Service) decide(t qstore.Template, f schema.Failed, now time.Time) (*kg
 		})
 	case retry.DeadLetter:
 		s.countDeadLetter(context.Background(), t, f.Error.Class)
-		return s.deadLetter(t, schema.ErrorInfo{Class: f.Error.Class, Message: f.Error.Message}, hist, now)
+		return s.deadLetter(t, schema.ErrorInfo{Class: f.Error.Class, Message: boundError(f.Error.Message)}, hist, now)
 	}
 	// worker_lost and cancelled are settled inside Redis.
 	return nil, nil
@@ -221,7 +268,7 @@ func (s *Service) deadLetter(t qstore.Template, e schema.ErrorInfo, hist []schem
 }
 
 func attemptOf(f schema.Failed) schema.Attempt {
-	a := schema.Attempt{Attempt: f.Attempt, Class: f.Error.Class, Error: f.Error.Message, WorkerID: f.WorkerID}
+	a := schema.Attempt{Attempt: f.Attempt, Class: f.Error.Class, Error: boundError(f.Error.Message), WorkerID: f.WorkerID}
 	if !f.StartedAt.IsZero() {
 		st := f.StartedAt
 		a.StartedAt = &st
