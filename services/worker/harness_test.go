@@ -49,7 +49,12 @@ type received struct {
 
 func newBench(t *testing.T) *bench {
 	t.Helper()
-	addr := testenv.Kafka(t)
+	return newBenchOn(t, testenv.Kafka(t))
+}
+
+// newBenchOn is newBench on the broker at addr, for tests that control it.
+func newBenchOn(t *testing.T, addr string) *bench {
+	t.Helper()
 	topics := schema.Topics{}
 	prod, err := kafkax.NewClient(kafkax.Config{Brokers: []string{addr}, ClientID: "test-scheduler"})
 	if err != nil {

@@ -73,8 +73,14 @@ type queued struct {
 type seenJob struct {
 	attempt    int
 	dispatchID string
-	completed  bool
+	completed  bool // acknowledged by Kafka, or by the scheduler's superseded
 	cancelled  bool
+	// unreported is the outcome of attempt whose completed/failed record
+	// was never acknowledged. The scheduler still has the job in flight and
+	// re-dispatches it when the lease expires; that dispatch re-reports this
+	// outcome instead of being dropped as a duplicate (which left the job
+	// running forever) or running the handler again.
+	unreported schema.Lifecycle
 }
 
 // run is one running attempt.
@@ -422,6 +428,39 @@ func (s *Service) dropReasonLocked(d schema.Dispatch) string {
 	return ""
 }
 
+// unreportedLocked returns the known but unacknowledged outcome d should
+// report instead of running, or nil. Only a dispatch of the same attempt
+// qualifies: a later attempt (a re-drive) runs afresh.
+func (s *Service) unreportedLocked(d schema.Dispatch) schema.Lifecycle {
+	if _, ok := s.running[d.JobID]; ok {
+		return nil
+	}
+	sj, ok := s.seen.Get(d.JobID)
+	if !ok || sj.completed || sj.unreported == nil || d.Attempt != sj.attempt {
+		return nil
+	}
+	return sj.unreported
+}
+
+// reReport produces an outcome again for the dispatch r, stamped with r's
+// dispatch id: the scheduler applies a completion or failure only for the
+// dispatch it has in flight.
+func (s *Service) reReport(rec *kgo.Record, r *run, out schema.Lifecycle, log *slog.Logger) {
+	traceCtx, span := s.tracer.WithProcessSpan(rec)
+	defer span.End()
+	log.Info("re-reporting an outcome whose record was never acknowledged", "event", out.EventType())
+	switch o := out.(type) {
+	case *schema.Completed:
+		c := *o
+		c.DispatchID, c.WorkerID = r.dispatchID, s.cfg.WorkerID
+		s.finish(context.WithoutCancel(traceCtx), r, &c, true, log)
+	case *schema.Failed:
+		f := *o
+		f.DispatchID, f.WorkerID = r.dispatchID, s.cfg.WorkerID
+		s.finish(context.WithoutCancel(traceCtx), r, &f, false, log)
+	}
+}
+
 // process runs one dispatch, from dedup to its acknowledged terminal event.
 func (s *Service) process(hardCtx context.Context, q queued) {
 	d, ok := s.decode(q.rec)
@@ -434,6 +473,14 @@ func (s *Service) process(hardCtx context.Context, q queued) {
 	if g, ok := s.assigned[q.rec.Partition]; !ok || g != q.gen {
 		s.mu.Unlock()
 		log.Debug("dropping dispatch of a revoked partition")
+		return
+	}
+	if out := s.unreportedLocked(d); out != nil {
+		r := &run{ref: d.JobRef, dispatchID: d.DispatchID}
+		s.running[d.JobID] = r
+		s.mu.Unlock()
+		s.consumer.MarkCommitRecords(q.rec)
+		s.reReport(q.rec, r, out, log)
 		return
 	}
 	if reason := s.dropReasonLocked(d); reason != "" {
@@ -584,15 +631,19 @@ func (s *Service) finish(ctx context.Context, r *run, data schema.Lifecycle, com
 	s.mu.Lock()
 	skip := r.abandoned
 	s.mu.Unlock()
+	acked := skip // an abandoned (superseded) copy has nothing to report
 	if !skip {
 		rec, err := schema.NewRecord(s.deps.Topics.Lifecycle(data.EventType()), source, data)
 		if err == nil {
+			// ProduceSync retries within the client's own limits until
+			// the deadline: that is the bounded retry of this report.
 			pctx, cancel := context.WithTimeout(ctx, terminalTimeout)
 			err = s.prod.ProduceSync(pctx, rec).FirstErr()
 			cancel()
 		}
+		acked = err == nil
 		if err != nil {
-			log.Error("producing terminal event", "event", data.EventType(), "err", err)
+			log.Error("producing terminal event; the job's next dispatch re-reports it", "event", data.EventType(), "err", err)
 		} else if f, ok := data.(*schema.Failed); ok {
 			log.Info("job failed", "class", f.Error.Class, "err", f.Error.Message)
 		} else {
@@ -604,11 +655,25 @@ func (s *Service) finish(ctx context.Context, r *run, data schema.Lifecycle, com
 	if s.running[r.ref.JobID] == r {
 		delete(s.running, r.ref.JobID)
 	}
-	if completed {
-		sj, _ := s.seen.Get(r.ref.JobID)
-		sj.completed, sj.attempt, sj.dispatchID = true, r.ref.Attempt, r.dispatchID
-		s.seen.Put(r.ref.JobID, sj)
+	s.rememberLocked(r, data, completed, acked)
+}
+
+// rememberLocked records how r ended. A job counts as completed only once
+// its completed record is acknowledged; an outcome that was not is kept as
+// unreported for the re-dispatch that follows the lease's expiry.
+func (s *Service) rememberLocked(r *run, data schema.Lifecycle, completed, acked bool) {
+	sj, _ := s.seen.Get(r.ref.JobID)
+	if sj.completed {
+		return // superseded meanwhile: completed by another dispatch
 	}
+	sj.attempt, sj.dispatchID, sj.unreported = r.ref.Attempt, r.dispatchID, nil
+	switch {
+	case !acked:
+		sj.unreported = data
+	case completed:
+		sj.completed = true
+	}
+	s.seen.Put(r.ref.JobID, sj)
 }
 
 func (s *Service) produceAsync(ctx context.Context, data schema.Data) {
