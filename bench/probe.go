@@ -14,6 +14,9 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ferryhq/ferry/platform/config"
+	"github.com/ferryhq/ferry/platform/kafkax"
 )
 
 // Probe reads what the stack recorded: the status projection (Postgres),
@@ -21,6 +24,7 @@ import (
 type Probe struct {
 	pg     *pgxpool.Pool
 	kc     *kgo.Client
+	kcfg   kafkax.Config
 	adm    *kadm.Client
 	rdb    *redis.Client
 	prefix string
@@ -32,11 +36,18 @@ func openProbe(ctx context.Context, t *Target, prefix string) (*Probe, error) {
 	if err != nil {
 		return nil, fmt.Errorf("postgres: %w", err)
 	}
-	kc, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(t.Kafka, ",")...))
+	// The stack's own TLS and SASL settings (FERRY_KAFKA_TLS*, FERRY_KAFKA_SASL_*)
+	// reach a secured cluster the way the services do.
+	l := config.NewLoader(nil)
+	kcfg := kafkax.Config{Brokers: strings.Split(t.Kafka, ","), ClientID: "ferry-bench", Security: config.LoadKafkaSecurity(l)}
+	if err := l.Err(); err != nil {
+		return nil, fmt.Errorf("kafka: %w", err)
+	}
+	kc, err := kafkax.NewClient(kcfg)
 	if err != nil {
 		return nil, fmt.Errorf("kafka: %w", err)
 	}
-	p := &Probe{pg: pg, kc: kc, adm: kadm.NewClient(kc), prefix: prefix, tenant: t.Tenant}
+	p := &Probe{pg: pg, kc: kc, kcfg: kcfg, adm: kadm.NewClient(kc), prefix: prefix, tenant: t.Tenant}
 	if t.Redis != "" {
 		opt, err := redis.ParseURL(t.Redis)
 		if err != nil {
@@ -193,7 +204,7 @@ func (p *Probe) readEvents(ctx context.Context, topic string, from, to Offsets) 
 	if len(remaining) == 0 {
 		return out, nil
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(p.kc.OptValue(kgo.SeedBrokers).([]string)...), kgo.ConsumePartitions(start))
+	cl, err := kafkax.NewClient(p.kcfg, kgo.ConsumePartitions(start))
 	if err != nil {
 		return nil, err
 	}

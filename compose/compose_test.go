@@ -515,6 +515,8 @@ func checkFerryService(doc *composeDoc, spec ferrySpec, brokers []string) []erro
 		}
 	}
 
+	checkTopicDurability(&p, env, len(brokers))
+
 	checkStore := func(needed bool, varName, image, scheme string) {
 		v, set := env[varName]
 		if !needed {
@@ -638,6 +640,60 @@ func sortedKeys[V any](m map[string]V) []string {
 // Tests.
 // ---------------------------------------------------------------------------
 
+// checkTopicDurability: the services create topics the brokers can hold,
+// replicated so that one broker can fail without losing or refusing
+// acknowledged writes, and run in production mode, which refuses to start
+// on existing topics that could lose them.
+func checkTopicDurability(p *problems, env map[string]string, nbrokers int) {
+	if got := cmpOr(env["FERRY_ENV"], "(default)"); got != "production" {
+		p.add("FERRY_ENV=%s, want production (refuse topics that could lose acknowledged records)", got)
+	}
+	setting := func(name string) int {
+		v, ok := env[name]
+		if !ok {
+			d, _ := config.Lookup(name)
+			v = d.Default
+		}
+		n, err := strconv.Atoi(literal(v))
+		if err != nil {
+			p.add("%s=%q: want a literal integer", name, v)
+		}
+		return n
+	}
+	rf, minInsync := setting("FERRY_TOPIC_REPLICATION"), setting("FERRY_TOPIC_MIN_INSYNC")
+	if rf > nbrokers {
+		p.add("FERRY_TOPIC_REPLICATION %d > %d brokers: creating the topics would fail", rf, nbrokers)
+	}
+	if minInsync < 2 || minInsync >= rf {
+		p.add("FERRY_TOPIC_MIN_INSYNC %d with FERRY_TOPIC_REPLICATION %d: want 2 ≤ min.insync < replication, so one broker can fail without losing or refusing writes", minInsync, rf)
+	}
+}
+
+func TestTopicDurabilityCheckCatchesUnsafeSettings(t *testing.T) {
+	_, data := loadCompose(t)
+	for _, tc := range []struct{ from, to, want string }{
+		{"  FERRY_TOPIC_MIN_INSYNC: \"2\"\n", "  FERRY_TOPIC_MIN_INSYNC: \"1\"\n", "FERRY_TOPIC_MIN_INSYNC 1"},
+		{"  FERRY_TOPIC_MIN_INSYNC: \"2\"\n", "  FERRY_TOPIC_MIN_INSYNC: \"3\"\n", "FERRY_TOPIC_MIN_INSYNC 3"},
+		{"  FERRY_TOPIC_REPLICATION: \"3\"\n", "  FERRY_TOPIC_REPLICATION: \"4\"\n", "4 > 3 brokers"},
+		{"  FERRY_ENV: production\n", "  FERRY_ENV: development\n", "FERRY_ENV=development"},
+		{"  FERRY_ENV: production\n", "", "FERRY_ENV=(default)"},
+	} {
+		mod := strings.Replace(string(data), tc.from, tc.to, 1)
+		if mod == string(data) {
+			t.Fatalf("%q not found in %s", tc.from, composePath)
+		}
+		doc, err := parseCompose([]byte(mod))
+		if err != nil {
+			t.Fatal(err)
+		}
+		brokers, _ := checkKafka(doc)
+		errs := checkFerryService(doc, specFor(t, "scheduler"), brokers)
+		if !slices.ContainsFunc(errs, func(err error) bool { return strings.Contains(err.Error(), tc.want) }) {
+			t.Errorf("%q → %q: want an error containing %q, got %v", tc.from, tc.to, tc.want, errs)
+		}
+	}
+}
+
 func TestFerryServices(t *testing.T) {
 	doc, _ := loadCompose(t)
 	brokers, _ := checkKafka(doc)
@@ -702,7 +758,7 @@ func TestEnvCheckRejectsUndeclaredNames(t *testing.T) {
 
 	t.Run("shared anchor reaches every service", func(t *testing.T) {
 		const anchor = "  OTEL_EXPORTER_OTLP_ENDPOINT: http://otel-collector:4317\n"
-		mod := strings.Replace(string(data), anchor, anchor+"  FERRY_TOPIC_REPLICATION: \"3\"\n", 1)
+		mod := strings.Replace(string(data), anchor, anchor+"  FERRY_TOPIC_COMPRESSION: \"zstd\"\n", 1)
 		if mod == string(data) {
 			t.Fatalf("anchor %q not found in %s", anchor, composePath)
 		}
@@ -711,7 +767,7 @@ func TestEnvCheckRejectsUndeclaredNames(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, spec := range ferryServices {
-			wantErrorsNaming(t, checkFerryService(doc, spec, brokers), "FERRY_TOPIC_REPLICATION")
+			wantErrorsNaming(t, checkFerryService(doc, spec, brokers), "FERRY_TOPIC_COMPRESSION")
 		}
 	})
 

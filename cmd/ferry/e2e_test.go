@@ -51,6 +51,8 @@ func startStack(t *testing.T, env map[string]string) *e2e {
 		"FERRY_DATA_DIR":         t.TempDir(),
 		"FERRY_SHUTDOWN_TIMEOUT": "10s",
 	}
+	// One embedded broker holds one copy (production defaults are 3 and 2).
+	vars["FERRY_TOPIC_REPLICATION"], vars["FERRY_TOPIC_MIN_INSYNC"] = "1", "1"
 	if _, ok := env["FERRY_REDIS_URL"]; !ok {
 		vars["FERRY_REDIS_URL"] = testenv.Redis(t)
 	}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/netip"
+	"strings"
 	"time"
 )
 
@@ -21,6 +22,15 @@ type Common struct {
 	TopicRetention time.Duration
 	// KafkaLinger is the producer linger. Defaults to 0.
 	KafkaLinger time.Duration
+	// KafkaSecurity is TLS and SASL towards the brokers.
+	KafkaSecurity KafkaSecurity
+	// TopicReplication and TopicMinInsync are the replication factor and
+	// min.insync.replicas of topics Ferry creates. Default to 3 and 2.
+	TopicReplication int
+	TopicMinInsync   int
+	// Env is development or production (FERRY_ENV). Production refuses to
+	// run on topics that would lose acknowledged records on one broker failure.
+	Env string
 	// PostgresURL and RedisURL locate the stores.
 	PostgresURL string
 	// PostgresMaxConns bounds each pool. Defaults to 16.
@@ -49,6 +59,10 @@ func LoadCommon(l *Loader) Common {
 		TopicPartitions:  l.Int("FERRY_TOPIC_PARTITIONS"),
 		TopicRetention:   l.Duration("FERRY_TOPIC_RETENTION"),
 		KafkaLinger:      l.Duration("FERRY_KAFKA_LINGER"),
+		KafkaSecurity:    LoadKafkaSecurity(l),
+		TopicReplication: l.Int("FERRY_TOPIC_REPLICATION"),
+		TopicMinInsync:   l.Int("FERRY_TOPIC_MIN_INSYNC"),
+		Env:              strings.ToLower(l.String("FERRY_ENV")),
 		PostgresURL:      l.String("FERRY_POSTGRES_URL"),
 		PostgresMaxConns: l.Int("FERRY_POSTGRES_MAX_CONNS"),
 		RedisURL:         l.String("FERRY_REDIS_URL"),
@@ -76,5 +90,6 @@ func (c Common) Validate() error {
 	if c.PostgresMaxConns < 1 {
 		errs = append(errs, errors.New("FERRY_POSTGRES_MAX_CONNS must be ≥ 1"))
 	}
+	errs = append(errs, c.KafkaSecurity.Validate(), c.validateTopicDurability())
 	return errors.Join(errs...)
 }

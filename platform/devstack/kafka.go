@@ -2,6 +2,7 @@ package devstack
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"os"
@@ -48,11 +49,26 @@ type KafkaConfig struct {
 	// (kgo.AllowAutoTopicCreation) gets the topic.
 	DisableAutoCreateTopics bool
 
+	// TLS makes the broker accept only TLS connections, with this server
+	// configuration (certificate, and ClientCAs for mutual TLS). Defaults
+	// to nil: plaintext, as `ferry dev` runs.
+	TLS *tls.Config
+
+	// SASL makes the broker require every client to authenticate as one of
+	// these users. Defaults to none: no authentication, as `ferry dev` runs.
+	SASL []SASLUser
+
 	// Logger receives kfake's log lines. Defaults to none.
 	Logger kfake.Logger
 
 	// Opts are appended to the kfake options StartKafka builds.
 	Opts []kfake.Opt
+}
+
+// SASLUser is a user of an embedded broker with SASL enabled.
+type SASLUser struct {
+	// Mechanism is PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512.
+	Mechanism, User, Password string
 }
 
 // WithDefaults returns a copy of c with its zero fields set to their defaults.
@@ -121,6 +137,7 @@ func StartKafka(cfg KafkaConfig) (*Kafka, error) {
 	if cfg.Logger != nil {
 		opts = append(opts, kfake.WithLogger(cfg.Logger))
 	}
+	opts = append(opts, securityOpts(cfg)...)
 
 	k := &Kafka{}
 	if cfg.DataDir != "" {
@@ -146,6 +163,22 @@ func StartKafka(cfg KafkaConfig) (*Kafka, error) {
 	k.cluster = c
 	k.addr = c.ListenAddrs()[0]
 	return k, nil
+}
+
+// securityOpts are the kfake options of cfg's TLS listener and SASL users.
+func securityOpts(cfg KafkaConfig) []kfake.Opt {
+	var opts []kfake.Opt
+	if cfg.TLS != nil {
+		opts = append(opts, kfake.TLS(cfg.TLS))
+	}
+	if len(cfg.SASL) > 0 {
+		opts = append(opts, kfake.EnableSASL())
+	}
+	for _, u := range cfg.SASL {
+		// Superusers: the broker checks who connects, not ACLs.
+		opts = append(opts, kfake.Superuser(u.Mechanism, u.User, u.Password))
+	}
+	return opts
 }
 
 // Addr returns the host:port the broker listens on, for FERRY_KAFKA_BROKERS

@@ -15,6 +15,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/plugin/kotel"
 	"go.opentelemetry.io/otel"
+
+	"github.com/ferryhq/ferry/platform/config"
 )
 
 // Config says how to reach Kafka.
@@ -25,6 +27,9 @@ type Config struct {
 	// Linger is the producer linger. Defaults to 0: records go out at once,
 	// and still batch under load while earlier requests are in flight.
 	Linger time.Duration
+	// Security is TLS and SASL towards the brokers; the zero value is
+	// plaintext without authentication.
+	Security config.KafkaSecurity
 }
 
 // Tracer returns a kotel tracer over the global OpenTelemetry providers (set
@@ -56,6 +61,10 @@ func NewClient(cfg Config, extra ...kgo.Opt) (*kgo.Client, error) {
 	if id == "" {
 		id = "ferry"
 	}
+	sec, err := securityOpts(cfg.Security)
+	if err != nil {
+		return nil, err
+	}
 	opts := []kgo.Opt{
 		kgo.SeedBrokers(cfg.Brokers...),
 		kgo.ClientID(id),
@@ -65,6 +74,7 @@ func NewClient(cfg Config, extra ...kgo.Opt) (*kgo.Client, error) {
 		kgo.ProducerBatchCompression(kgo.NoCompression()),
 		kgo.WithHooks(hooks{t: Tracer(kotel.ClientID(id))}),
 	}
+	opts = append(opts, sec...)
 	opts = append(opts, extra...)
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
@@ -97,12 +107,14 @@ type TopicSpec struct {
 	Partitions int32
 	// Replication defaults to the broker default (-1).
 	Replication int16
+	// MinInsync sets min.insync.replicas; zero keeps the broker default.
+	MinInsync int
 	// Retention sets retention.ms; zero keeps the broker default.
 	Retention time.Duration
 }
 
 // EnsureTopics creates the topics that do not exist yet. Existing topics are
-// left as they are.
+// left as they are; [CheckDurability] tells whether they are safe.
 func EnsureTopics(ctx context.Context, cl *kgo.Client, spec TopicSpec) error {
 	adm := kadm.NewClient(cl)
 	repl := spec.Replication
@@ -114,12 +126,21 @@ func EnsureTopics(ctx context.Context, cl *kgo.Client, spec TopicSpec) error {
 		ms := strconv.FormatInt(spec.Retention.Milliseconds(), 10)
 		configs["retention.ms"] = &ms
 	}
+	if spec.MinInsync > 0 {
+		n := strconv.Itoa(spec.MinInsync)
+		configs["min.insync.replicas"] = &n
+	}
 	resp, err := adm.CreateTopics(ctx, spec.Partitions, repl, configs, spec.Names...)
 	if err != nil {
 		return fmt.Errorf("kafkax: create topics: %w", err)
 	}
 	for _, r := range resp.Sorted() {
-		if r.Err != nil && !errors.Is(r.Err, kerr.TopicAlreadyExists) {
+		switch {
+		case r.Err == nil, errors.Is(r.Err, kerr.TopicAlreadyExists):
+		case errors.Is(r.Err, kerr.InvalidReplicationFactor):
+			return fmt.Errorf("kafkax: create topic %s with replication factor %d: the cluster has fewer brokers; "+
+				"lower FERRY_TOPIC_REPLICATION (and FERRY_TOPIC_MIN_INSYNC) or add brokers: %w", r.Topic, spec.Replication, r.Err)
+		default:
 			return fmt.Errorf("kafkax: create topic %s: %w", r.Topic, r.Err)
 		}
 	}

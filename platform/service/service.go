@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -97,24 +98,59 @@ func Open(ctx context.Context, c config.Common, logger *slog.Logger, needs Needs
 		d.closers = append(d.closers, func() { rdb.Close() })
 	}
 	if needs.Kafka {
-		cl, err := kafkax.NewClient(d.KafkaConfig("producer"))
+		cl, err := d.openKafka(ctx)
 		if err != nil {
 			return fail(err)
 		}
 		d.Kafka = cl
 		d.closers = append(d.closers, cl.Close)
-		if err := kafkax.EnsureTopics(ctx, cl, kafkax.TopicSpec{
-			Names: d.Topics.All(), Partitions: int32(c.TopicPartitions), Retention: c.TopicRetention,
-		}); err != nil {
-			return fail(err)
-		}
 	}
 	return d, nil
 }
 
 // KafkaConfig returns the connection settings for a client named clientID.
 func (d *Deps) KafkaConfig(clientID string) kafkax.Config {
-	return kafkax.Config{Brokers: d.Common.KafkaBrokers, ClientID: "ferry-" + clientID, Linger: d.Common.KafkaLinger}
+	return kafkax.Config{Brokers: d.Common.KafkaBrokers, ClientID: "ferry-" + clientID, Linger: d.Common.KafkaLinger,
+		Security: d.Common.KafkaSecurity}
+}
+
+// KafkaConnectTimeout bounds how long a starting service waits for a Kafka
+// broker to answer; authentication and TLS errors fail at once.
+var KafkaConnectTimeout = 30 * time.Second
+
+// openKafka opens the shared producer, checks that it reaches and
+// authenticates to the brokers (a wrong password is a startup error, not a
+// retry loop), creates Ferry's topics and checks their durability: in
+// production a topic that could lose acknowledged records on one broker
+// failure stops the start.
+func (d *Deps) openKafka(ctx context.Context) (*kgo.Client, error) {
+	c, log := d.Common, d.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	if c.KafkaSecurity.TLSInsecureSkipVerify {
+		log.Warn("FERRY_KAFKA_TLS_INSECURE_SKIP_VERIFY is set: Kafka broker certificates are NOT verified, anyone on the path can read and forge Ferry's records")
+	}
+	cfg := d.KafkaConfig("producer")
+	cl, err := kafkax.NewClient(cfg)
+	if err != nil {
+		return nil, err
+	}
+	err = kafkax.CheckConnection(ctx, cl, cfg, KafkaConnectTimeout)
+	if err == nil {
+		err = kafkax.EnsureTopics(ctx, cl, kafkax.TopicSpec{
+			Names: d.Topics.All(), Partitions: int32(c.TopicPartitions), Retention: c.TopicRetention,
+			Replication: int16(c.TopicReplication), MinInsync: c.TopicMinInsync,
+		})
+	}
+	if err == nil {
+		err = kafkax.CheckDurability(ctx, cl, d.Topics.All(), c.Env == config.EnvProduction, log)
+	}
+	if err != nil {
+		cl.Close()
+		return nil, err
+	}
+	return cl, nil
 }
 
 // Authenticate is the authentication middleware every service's routes use.

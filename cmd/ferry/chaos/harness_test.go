@@ -128,6 +128,8 @@ func newCluster(t *testing.T, env map[string]string) *cluster {
 		"FERRY_WORKER_HEARTBEAT": "300ms",
 		"GORACE":                 "halt_on_error=1",
 	}
+	// One embedded broker holds one copy (production defaults are 3 and 2).
+	c.env["FERRY_TOPIC_REPLICATION"], c.env["FERRY_TOPIC_MIN_INSYNC"] = "1", "1"
 	for k, v := range env {
 		c.env[k] = v
 	}

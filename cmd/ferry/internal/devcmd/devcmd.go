@@ -59,6 +59,9 @@ func Run(ctx context.Context, lookup func(string) (string, bool), out io.Writer)
 		}
 		stops = append(stops, k.Stop)
 		l.SetDefault("FERRY_KAFKA_BROKERS", k.Addr())
+		// One embedded broker holds one copy of everything.
+		l.SetDefault("FERRY_TOPIC_REPLICATION", "1")
+		l.SetDefault("FERRY_TOPIC_MIN_INSYNC", "1")
 	}
 	if !l.IsSet("FERRY_POSTGRES_URL") {
 		p, url, err := devstack.StartPostgres(ctx, devstack.PostgresConfig{
