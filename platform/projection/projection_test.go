@@ -199,7 +199,10 @@ func TestPoisonRecordParked(t *testing.T) {
 			t.Fatalf("item %s applied %d times", k, n)
 		}
 	}
-	q := f.quarantined(quarantine.StatusParked)[0]
+	q, err := quarantine.NewStore(f.pool).Get(context.Background(), f.quarantined(quarantine.StatusParked)[0].ID)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if q.Group != group || q.Topic != bad.Topic || q.Partition != bad.Partition || q.Offset != bad.Offset ||
 		string(q.Key) != "k-137" || string(q.Value) != "bad\x00value" || q.Tries < quarantine.MaxTries {
 		t.Fatalf("parked %+v, want %s/%d@%d after %d tries", q, bad.Topic, bad.Partition, bad.Offset, quarantine.MaxTries)

@@ -97,7 +97,8 @@ type Record struct {
 	Partition        int32
 	Offset           int64
 	Key              []byte // nil when the record had no key
-	Value            []byte
+	Value            []byte // nil in a List
+	ValueBytes       int    // the value's length, also in a List
 	Headers          []Header
 	RecordTime       *time.Time
 	Error            string
@@ -204,9 +205,16 @@ type Store struct {
 // NewStore returns a Store over pool.
 func NewStore(pool *pgxpool.Pool) *Store { return &Store{pool: pool} }
 
-const columns = `id, consumer_group, topic, partition, "offset", key, value, headers, record_time, error,
+// columns are the columns scanRecord reads; listColumns leave the value
+// out (a list is for finding a record, inspecting it reads the value).
+const (
+	columns = `id, consumer_group, topic, partition, "offset", key, value, headers, record_time, error,
 	first_seen, last_seen, tries, status, retry_requested_at, resolved_at, discarded_at,
-	COALESCE(discarded_by, ''), COALESCE(discard_reason, '')`
+	COALESCE(discarded_by, ''), COALESCE(discard_reason, ''), COALESCE(octet_length(value), 0)`
+	listColumns = `id, consumer_group, topic, partition, "offset", key, NULL::bytea, headers, record_time, error,
+	first_seen, last_seen, tries, status, retry_requested_at, resolved_at, discarded_at,
+	COALESCE(discarded_by, ''), COALESCE(discard_reason, ''), COALESCE(octet_length(value), 0)`
+)
 
 func scanRecord(row pgx.Row) (Record, error) {
 	var r Record
@@ -214,7 +222,7 @@ func scanRecord(row pgx.Row) (Record, error) {
 	var status string
 	err := row.Scan(&r.ID, &r.Group, &r.Topic, &r.Partition, &r.Offset, &r.Key, &r.Value, &headers, &r.RecordTime,
 		&r.Error, &r.FirstSeen, &r.LastSeen, &r.Tries, &status, &r.RetryRequestedAt, &r.ResolvedAt, &r.DiscardedAt,
-		&r.DiscardedBy, &r.DiscardReason)
+		&r.DiscardedBy, &r.DiscardReason, &r.ValueBytes)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return r, ErrNotFound
 	}
@@ -237,9 +245,10 @@ type Filter struct {
 	Limit   int
 }
 
-// List returns records matching f, oldest first (by id).
+// List returns records matching f, oldest first (by id), without their
+// values.
 func (s *Store) List(ctx context.Context, f Filter) ([]Record, error) {
-	rows, err := s.pool.Query(ctx, `SELECT `+columns+` FROM ferry_quarantine
+	rows, err := s.pool.Query(ctx, `SELECT `+listColumns+` FROM ferry_quarantine
 		WHERE ($1 = '' OR consumer_group = $1) AND ($2 = '' OR status = $2) AND id > $3
 		ORDER BY id LIMIT $4`, f.Group, string(f.Status), f.AfterID, f.Limit)
 	if err != nil {
