@@ -63,6 +63,13 @@
 //     failed (class, message and retry_after). The slot is free only once
 //     this event is acknowledged.
 //
+// Everything a handler returns is made storable by every projection first
+// (Postgres text and jsonb hold no NUL and only valid UTF-8): in a result,
+// NUL in strings and keys becomes U+FFFD and a number beyond float64's
+// range its text (the job still completes: its work is done); error and
+// progress messages become valid UTF-8 without NUL, at most 4096 and 1024
+// bytes.
+//
 // The worker also announces its slots on the workers topic
 // (schema.WorkerStatus) at start, every second and when it stops; the
 // scheduler dispatches only while the pool has free slots.

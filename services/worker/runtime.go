@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -34,6 +33,14 @@ var (
 
 // terminalTimeout bounds the wait for a completed/failed acknowledgement.
 const terminalTimeout = 30 * time.Second
+
+// Bounds of the text a handler puts into events (after sanitizing: valid
+// UTF-8, no NUL). Error messages travel again in every retry and the dlq
+// event's history, so they stay short.
+const (
+	maxErrorMessage    = 4096
+	maxProgressMessage = 1024
+)
 
 // Service is a running worker; it implements service.Component.
 type Service struct {
@@ -575,7 +582,7 @@ func (s *Service) process(hardCtx context.Context, q queued) {
 		s.finish(traceCtx, r, &base, false, log)
 	default:
 		class, retryAfter := ClassOf(herr)
-		base.Error = schema.ErrorInfo{Class: class, Message: truncate(herr.Error(), 4096)}
+		base.Error = schema.ErrorInfo{Class: class, Message: herr.Error()}
 		base.RetryAfter = schema.Duration(retryAfter)
 		s.finish(traceCtx, r, &base, false, log)
 	}
@@ -589,13 +596,6 @@ func call(ctx context.Context, h HandlerFunc, job *Job) (result any, err error) 
 		}
 	}()
 	return h(ctx, job)
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return strings.ToValidUTF8(s[:n], "") + "…"
 }
 
 func (s *Service) encodeResult(result any, log *slog.Logger) json.RawMessage {
@@ -616,8 +616,9 @@ func (s *Service) encodeResult(result any, log *slog.Logger) json.RawMessage {
 	}
 	if err != nil {
 		log.Warn("result is not JSON-encodable", "err", err)
-		b, _ = json.Marshal(map[string]any{"error": "result is not JSON-encodable: " + err.Error()})
+		b, _ = json.Marshal(map[string]any{"error": "result is not JSON-encodable: " + schema.SanitizeText(err.Error(), maxErrorMessage)})
 	}
+	b = storableResult(b, log)
 	if len(b) > s.cfg.MaxResultBytes {
 		log.Warn("result too large; replaced", "bytes", len(b), "limit", s.cfg.MaxResultBytes)
 		b, _ = json.Marshal(map[string]any{"truncated": true, "bytes": len(b), "limit": s.cfg.MaxResultBytes})
@@ -625,9 +626,32 @@ func (s *Service) encodeResult(result any, log *slog.Logger) json.RawMessage {
 	return b
 }
 
+// storableResult makes b, a handler's JSON result, storable by every
+// projection (schema.SanitizeJSON: NUL and out-of-range numbers replaced,
+// as encoding/json already replaces invalid UTF-8). The job is completed,
+// not failed: its handler succeeded and its side effects happened, so
+// failing it would retry or dead-letter work that is done, for a value
+// that only informs.
+func storableResult(b []byte, log *slog.Logger) []byte {
+	clean, changed, err := schema.SanitizeJSON(b)
+	switch {
+	case err != nil:
+		log.Warn("result cannot be stored; replaced", "err", err)
+		b, _ = json.Marshal(map[string]any{"error": "result cannot be stored: " + schema.SanitizeText(err.Error(), maxErrorMessage)})
+		return b
+	case changed:
+		log.Warn("result held values Postgres cannot store (NUL, numbers out of range); replaced them")
+	}
+	return clean
+}
+
 // finish produces the terminal event and waits for its acknowledgement
-// before the slot counts as free.
+// before the slot counts as free. A failure's message is made storable
+// text here, whatever built it.
 func (s *Service) finish(ctx context.Context, r *run, data schema.Lifecycle, completed bool, log *slog.Logger) {
+	if f, ok := data.(*schema.Failed); ok {
+		f.Error.Message = schema.SanitizeText(f.Error.Message, maxErrorMessage)
+	}
 	s.mu.Lock()
 	skip := r.abandoned
 	s.mu.Unlock()

@@ -8,8 +8,12 @@
 //     The request carries Ferry-Job-Id and Ferry-Attempt headers, which the
 //     receiver can use as idempotency keys (delivery is at-least-once).
 //     A 2xx answer completes the job with {"status", "headers", "body"}
-//     (the body bounded to 64 KiB, as JSON when the response is JSON, else
-//     as a string, with "truncated": true when cut). 408, 429, 5xx and
+//     (the body bounded to 64 KiB, as JSON when the response is JSON that
+//     Postgres jsonb can store, else as a string when it is UTF-8 text
+//     without NUL, else — binary, other encodings, NUL bytes — as
+//     {"body_base64": "<standard base64>", "encoding": "base64"} instead of
+//     "body"; "truncated": true when cut). Error texts quoting a response
+//     are made valid UTF-8 without NUL. 408, 429, 5xx and
 //     network errors are retryable, honouring Retry-After (seconds or an
 //     HTTP date); other 4xx, an invalid payload and an address refused by
 //     the SSRF guard are permanent; the request timeout is a timeout.

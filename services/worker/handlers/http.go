@@ -3,6 +3,7 @@ package handlers
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -46,12 +47,17 @@ type HTTPRequest struct {
 	Timeout schema.Duration `json:"timeout"`
 }
 
-// HTTPResult is the result of a 2xx answer.
+// HTTPResult is the result of a 2xx answer. The body is kept in the form
+// every projection can store: JSON as JSON, text as a string, anything else
+// (bytes that are not UTF-8, or hold NUL) as base64 in BodyBase64 with
+// Encoding "base64".
 type HTTPResult struct {
-	Status    int               `json:"status"`
-	Headers   map[string]string `json:"headers,omitempty"`
-	Body      any               `json:"body,omitempty"`
-	Truncated bool              `json:"truncated,omitempty"`
+	Status     int               `json:"status"`
+	Headers    map[string]string `json:"headers,omitempty"`
+	Body       any               `json:"body,omitempty"`
+	BodyBase64 string            `json:"body_base64,omitempty"`
+	Encoding   string            `json:"encoding,omitempty"`
+	Truncated  bool              `json:"truncated,omitempty"`
 }
 
 // HTTP is the http handler.
@@ -172,16 +178,38 @@ func resultOf(resp *http.Response, body []byte, truncated bool) HTTPResult {
 		return res
 	}
 	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
-	if !truncated && (mt == "application/json" || strings.HasSuffix(mt, "+json")) && json.Valid(body) {
+	if truncated {
+		body = trimPartialRune(body)
+	}
+	switch {
+	case !truncated && (mt == "application/json" || strings.HasSuffix(mt, "+json")) && json.Valid(body) && schema.CheckJSON(body) == nil:
 		res.Body = json.RawMessage(body)
-	} else {
-		res.Body = strings.ToValidUTF8(string(body), string(utf8.RuneError))
+	case utf8.Valid(body) && bytes.IndexByte(body, 0) < 0:
+		// Text, including JSON jsonb could not hold as JSON (a \u0000
+		// escape is six plain characters in a string).
+		res.Body = string(body)
+	default:
+		res.BodyBase64, res.Encoding = base64.StdEncoding.EncodeToString(body), "base64"
 	}
 	return res
 }
 
+// trimPartialRune drops an incomplete UTF-8 sequence a cut left at the end
+// of b, so a truncated text body stays text.
+func trimPartialRune(b []byte) []byte {
+	for i := len(b) - 1; i >= 0 && i >= len(b)-utf8.UTFMax; i-- {
+		if utf8.RuneStart(b[i]) {
+			if !utf8.FullRune(b[i:]) {
+				return b[:i]
+			}
+			break
+		}
+	}
+	return b
+}
+
 func statusError(req *http.Request, resp *http.Response, body []byte) error {
-	snippet := strings.TrimSpace(strings.ToValidUTF8(string(body[:min(len(body), 512)]), ""))
+	snippet := strings.TrimSpace(schema.SanitizeText(string(trimPartialRune(body[:min(len(body), 512)])), 0))
 	if snippet != "" {
 		snippet = ": " + snippet
 	}
