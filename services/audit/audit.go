@@ -73,6 +73,12 @@ type Config struct {
 	// VerifyBatch is the rows per query of a verification walk.
 	// Defaults to 5000.
 	VerifyBatch int
+	// ExportConcurrency bounds the exports one tenant runs at once per
+	// replica (FERRY_AUDIT_EXPORT_CONCURRENCY). Defaults to 2.
+	ExportConcurrency int
+	// ExportWriteTimeout bounds how long one page of an export may take to
+	// reach a slow client (FERRY_AUDIT_EXPORT_WRITE_TIMEOUT). Defaults to 30s.
+	ExportWriteTimeout time.Duration
 	// Now is the clock. Defaults to time.Now.
 	Now func() time.Time
 }
@@ -87,6 +93,8 @@ func (c Config) WithDefaults() Config {
 	config.Default(&c.MaxPageLimit, 1000)
 	config.Default(&c.ExportBatch, 1000)
 	config.Default(&c.VerifyBatch, 5000)
+	config.Default(&c.ExportConcurrency, 2)
+	config.Default(&c.ExportWriteTimeout, 30*time.Second)
 	if c.Now == nil {
 		c.Now = time.Now
 	}
@@ -108,12 +116,19 @@ func (c Config) Validate() error {
 	if c.ProjectionBatch < 1 || c.PageLimit < 1 || c.MaxPageLimit < c.PageLimit || c.ExportBatch < 1 || c.VerifyBatch < 1 {
 		errs = append(errs, errors.New("audit: batch sizes and page limits must be positive, PageLimit ≤ MaxPageLimit"))
 	}
+	if c.ExportConcurrency < 1 || c.ExportWriteTimeout < time.Second {
+		errs = append(errs, errors.New("FERRY_AUDIT_EXPORT_CONCURRENCY must be ≥ 1 and FERRY_AUDIT_EXPORT_WRITE_TIMEOUT ≥ 1s"))
+	}
 	return errors.Join(errs...)
 }
 
 // LoadConfig reads the service's settings.
 func LoadConfig(l *config.Loader) Config {
-	return Config{Retention: l.Duration("FERRY_AUDIT_RETENTION")}
+	return Config{
+		Retention:          l.Duration("FERRY_AUDIT_RETENTION"),
+		ExportConcurrency:  l.Int("FERRY_AUDIT_EXPORT_CONCURRENCY"),
+		ExportWriteTimeout: l.Duration("FERRY_AUDIT_EXPORT_WRITE_TIMEOUT"),
+	}
 }
 
 // Build is the service.Builder of this service.
@@ -127,6 +142,8 @@ type Service struct {
 	cfg   Config
 	log   *slog.Logger
 	store *store.Store
+	// exports counts each tenant's exports in progress (export.go).
+	exports *exportSlots
 }
 
 var _ service.Component = (*Service)(nil)
@@ -146,7 +163,8 @@ func New(deps *service.Deps, cfg Config) (*Service, error) {
 	if err := store.Migrate(ctx, deps.Postgres); err != nil {
 		return nil, fmt.Errorf("audit: %w", err)
 	}
-	s := &Service{deps: deps, cfg: cfg, log: log, store: store.New(deps.Postgres, log, cfg.Now)}
+	s := &Service{deps: deps, cfg: cfg, log: log, store: store.New(deps.Postgres, log, cfg.Now),
+		exports: newExportSlots(cfg.ExportConcurrency)}
 	if _, err := s.ensurePartitions(ctx); err != nil {
 		// Not fatal: rows land in the default partition meanwhile.
 		log.Error("audit: creating partitions", "err", err)

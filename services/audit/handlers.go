@@ -1,11 +1,8 @@
 package audit
 
 import (
-	"encoding/csv"
-	"encoding/json"
-	"errors"
+	"fmt"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
 
@@ -106,55 +103,31 @@ func (s *Service) handleExport(w http.ResponseWriter, r *http.Request) {
 	if format == "" {
 		format = "ndjson"
 	}
-	var write func(store.Event) error
-	var flush func() error
-	rc := http.NewResponseController(w)
-	switch format {
-	case "ndjson":
-		w.Header().Set("Content-Type", "application/x-ndjson")
-		enc := json.NewEncoder(w)
-		write = func(e store.Event) error { return enc.Encode(e) }
-		flush = rc.Flush
-	case "csv":
-		w.Header().Set("Content-Type", "text/csv; charset=utf-8")
-		cw := csv.NewWriter(w)
-		write = func(e store.Event) error {
-			return cw.Write([]string{e.EventID, e.TenantID, e.JobID, e.Type, strconv.Itoa(e.Attempt),
-				e.OccurredAt.Format(time.RFC3339Nano), e.RecordedAt.Format(time.RFC3339Nano), e.Actor, e.TraceID,
-				e.ChainID, strconv.FormatInt(e.Seq, 10), e.PrevHash, e.Hash, string(e.Data)})
-		}
-		flush = func() error { cw.Flush(); return errors.Join(cw.Error(), rc.Flush()) }
-		defer func() {
-			if err := flush(); err != nil {
-				s.log.DebugContext(r.Context(), "audit export: final flush", "err", err)
-			}
-		}()
-		if err := cw.Write(csvHeader); err != nil {
-			return
-		}
-	default:
+	if format != "ndjson" && format != "csv" {
 		httpx.WriteError(w, r, badParam("format", "format must be ndjson or csv"))
 		return
 	}
+	if !s.exports.acquire(f.TenantID) {
+		httpx.WriteError(w, r, &httpx.Error{Status: http.StatusTooManyRequests, Code: "too_many_exports", RetryAfter: exportRetryAfter,
+			Message: fmt.Sprintf("the tenant already runs %d audit exports at once, its limit; retry when one finished", s.cfg.ExportConcurrency)})
+		return
+	}
+	defer s.exports.release(f.TenantID)
+	ew := newExportWriter(w, format, s.cfg.ExportWriteTimeout)
+	defer ew.close(func(err error) { s.log.DebugContext(r.Context(), "audit export: final flush", "err", err) })
 	w.Header().Set("Content-Disposition", `attachment; filename="audit-`+f.TenantID+`.`+format+`"`)
 	w.Header().Set("Cache-Control", "no-store")
 	n := 0
-	err = s.store.Each(r.Context(), f, s.cfg.ExportBatch, func(e store.Event) error {
-		if err := write(e); err != nil {
-			return err
-		}
-		if n++; n%s.cfg.ExportBatch == 0 {
-			return flush()
-		}
-		return nil
-	})
+	err = ew.begin()
+	if err == nil {
+		err = s.store.Each(r.Context(), f, s.cfg.ExportBatch, func(page []store.Event) error {
+			n += len(page)
+			return ew.page(page)
+		})
+	}
 	if err != nil {
 		// The status line is gone; a truncated body is all the client can see.
 		s.log.WarnContext(r.Context(), "audit export aborted", "rows", n, "err", err)
-		return
-	}
-	if format == "ndjson" {
-		_ = flush()
 	}
 }
 

@@ -64,18 +64,27 @@ func (s *Store) List(ctx context.Context, f Filter, after *Cursor, limit int) ([
 	return out, &Cursor{Occurred: last.OccurredAt, EventID: last.EventID}, nil
 }
 
-// Each calls fn for every event matching f in (occurred_at, event_id)
-// order, reading batch rows per query (keyset pagination), so memory stays
-// flat whatever the number of rows.
-func (s *Store) Each(ctx context.Context, f Filter, batch int, fn func(Event) error) error {
+// Each calls fn with every event matching f in (occurred_at, event_id)
+// order, a page of at most batch rows at a time (keyset pagination), so
+// memory stays flat whatever the number of rows. Each page is read whole
+// and its connection returned to the pool before fn sees it: fn may block
+// (writing to a slow client) without holding a Postgres connection that
+// audit reads, authentication and the projection need.
+func (s *Store) Each(ctx context.Context, f Filter, batch int, fn func([]Event) error) error {
 	var after *Cursor
+	buf := make([]Event, 0, batch)
 	for {
-		n := 0
-		last, err := s.page(ctx, f, after, batch, func(e Event) error { n++; return fn(e) })
+		buf = buf[:0]
+		last, err := s.page(ctx, f, after, batch, func(e Event) error { buf = append(buf, e); return nil })
 		if err != nil {
 			return err
 		}
-		if n < batch {
+		if len(buf) > 0 {
+			if err := fn(buf); err != nil {
+				return err
+			}
+		}
+		if len(buf) < batch {
 			return nil
 		}
 		after = last
