@@ -61,6 +61,9 @@ var Vars = []Var{
 	// api.
 	{"FERRY_API_IDEMPOTENCY_TTL", "24h", "How long an Idempotency-Key is remembered in Redis (the status projection keeps it for the job's lifetime)."},
 	{"FERRY_API_MAX_ATTEMPTS_TYPES", "", "Default max_attempts per job type for jobs that do not set it, comma-separated type=N (e.g. email.send=10); other types default to 5."},
+	{"FERRY_API_DEFAULT_MAX_QUEUED", "100000", "max_queued of tenants without their own: jobs waiting to run (each held in Redis); past it submissions get 429 tenant_queue_full."},
+	{"FERRY_API_DEFAULT_MAX_QUEUES", "100", "max_queues of tenants without their own: distinct queues with unfinished jobs; a job in a new queue past it gets 429 too_many_queues."},
+	{"FERRY_JOB_RETENTION", "720h", "How long a finished job (succeeded, dead, cancelled) stays in the status projection (GET /v1/jobs/{id}, the durable idempotency backstop); older ones are deleted in batches. At least 1h."},
 	{"FERRY_API_MAX_PAYLOAD_BYTES", "262144", "Largest accepted job payload."},
 
 	// scheduler.
@@ -72,6 +75,7 @@ var Vars = []Var{
 	{"FERRY_SCHEDULER_RETRY_BASE", "1s", "First retry backoff of app_error/retryable/timeout failures: min(base·2^(n-1), max) ±25 % jitter. A job's backoff overrides it."},
 	{"FERRY_SCHEDULER_RETRY_MAX", "10m", "Cap of the exponential retry backoff. A job's backoff overrides it."},
 	{"FERRY_SCHEDULER_RETRY_TYPES", "", "Per job type retry backoff, comma-separated type=base/max (e.g. email.send=5s/1h); between the scheduler defaults and a job's own backoff."},
+	{"FERRY_SCHEDULER_CHECKPOINT_INTERVAL", "1s", "How often the scheduler stamps a checkpoint in Redis and Postgres; a Redis whose checkpoint is behind Postgres's went back in time (restored or failed over) and is rebuilt from the log."},
 
 	// sse-bridge.
 	{"FERRY_SSE_RETENTION", "24h", "How long the sse-bridge keeps events for Last-Event-ID resumption; older positions get an `event: reset`."},
@@ -88,6 +92,7 @@ var Vars = []Var{
 	{"FERRY_WEBHOOKS_DISABLE_AFTER", "24h", "An endpoint whose deliveries have all failed for this long is disabled (410 Gone disables at once)."},
 	{"FERRY_WEBHOOKS_SECRET_GRACE", "24h", "After a secret rotation, how long the old secret keeps signing alongside the new one."},
 	{"FERRY_WEBHOOKS_RETENTION", "720h", "How long the webhooks service keeps a finished (delivered, failed, cancelled) delivery and its attempts, and a job's queue and type after it was last seen or due to run; pending deliveries are never deleted."},
+	{"FERRY_WEBHOOKS_MAX_ENDPOINTS", "50", "max_webhook_endpoints of tenants without their own: webhook endpoints a tenant may have; past it POST /v1/webhooks answers 409 too_many_endpoints."},
 
 	// dlq.
 	{"FERRY_DLQ_RETENTION", "720h", "How long the dlq service keeps an entry after its job was dead-lettered."},
@@ -102,6 +107,8 @@ var Vars = []Var{
 
 	// audit.
 	{"FERRY_AUDIT_RETENTION", "8760h", "How long audit rows are kept; whole monthly partitions older than this are dropped."},
+	{"FERRY_AUDIT_EXPORT_CONCURRENCY", "2", "Audit exports one tenant may run at once per audit replica; more answer 429 too_many_exports."},
+	{"FERRY_AUDIT_EXPORT_WRITE_TIMEOUT", "30s", "How long one write of an audit export may wait for the client to read; a client that stalls longer is cut off. No Postgres connection is held while writing."},
 }
 
 // Lookup returns the declaration of name.

@@ -150,8 +150,14 @@ func (s *Service) validate(ctx context.Context, req CreateRequest) (store.Endpoi
 	if len(e.Description) > maxDescription {
 		fields["description"] = "at most " + strconv.Itoa(maxDescription) + " bytes"
 	}
+	// Every stored string must be storable text (schema.CheckText).
+	for field, v := range map[string]string{"description": e.Description, "filter.queue": e.FilterQueue, "filter.type": e.FilterType, "url": e.URL} {
+		if err := schema.CheckText(v); err != nil {
+			fields[field] = schema.FieldMessage(err)
+		}
+	}
 	u, uerr := parseURL(e.URL)
-	if uerr != "" {
+	if uerr != "" && fields["url"] == "" {
 		fields["url"] = uerr
 	}
 	if len(fields) > 0 {

@@ -21,6 +21,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/ferryhq/ferry/events/schema"
 	"github.com/ferryhq/ferry/platform/outbound"
 	"github.com/ferryhq/ferry/services/webhooks/internal/policy"
 	"github.com/ferryhq/ferry/services/webhooks/internal/secretbox"
@@ -186,10 +187,17 @@ func (l *Loop) claimAndSend(ctx context.Context, wg *sync.WaitGroup) (full bool,
 	return len(claimed) == free, nil
 }
 
-// attempt sends one delivery and records the result.
+// maxErrorText bounds the error text of an attempt in the delivery log.
+const maxErrorText = 1024
+
+// attempt sends one delivery and records the result. The error text quotes
+// the receiver's answer and transport errors: it is made storable text
+// (valid UTF-8, no NUL, bounded) here, or recording it would fail on every
+// retry.
 func (l *Loop) attempt(ctx context.Context, c store.Claimed) {
 	start := l.now()
 	code, errText := l.send(ctx, c, start)
+	errText = schema.SanitizeText(errText, maxErrorText)
 	res := store.Result{
 		DeliveryID: c.ID, EndpointID: c.EndpointID, Attempt: c.Attempt, At: l.now(),
 		StatusCode: code, Latency: l.now().Sub(start), Error: errText, DisableAfter: l.cfg.DisableAfter,
