@@ -24,7 +24,9 @@ type RateLimit struct {
 }
 
 // Settings are a tenant's limits, kept in tenants.settings. A zero value
-// means "no tenant-specific limit" (MaxPayloadBytes: the service's default).
+// means "no tenant-specific limit": the service's default applies where it
+// has one (max_queued, max_queues, max_webhook_endpoints,
+// max_payload_bytes), else there is none.
 type Settings struct {
 	// RateLimit bounds submissions (jobs per second); nil is unlimited.
 	RateLimit *RateLimit `json:"rate_limit,omitempty"`
@@ -35,6 +37,11 @@ type Settings struct {
 	MaxRunning int `json:"max_running,omitempty"`
 	// MaxPayloadBytes overrides the service's payload size limit.
 	MaxPayloadBytes int `json:"max_payload_bytes,omitempty"`
+	// MaxQueues bounds the distinct queues in which the tenant has
+	// unfinished jobs (the api enforces it at submission).
+	MaxQueues int `json:"max_queues,omitempty"`
+	// MaxWebhookEndpoints bounds the tenant's webhook endpoints.
+	MaxWebhookEndpoints int `json:"max_webhook_endpoints,omitempty"`
 }
 
 // Tenant is a row of the tenants table.

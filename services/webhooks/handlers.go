@@ -118,7 +118,12 @@ func (s *Service) handleCreate(w http.ResponseWriter, r *http.Request) {
 	e.ID = "wh_" + strings.ReplaceAll(schema.NewEventID(), "-", "")
 	e.TenantID = tenantOf(r)
 	e.SecretEnc = s.box.Seal([]byte(secret), []byte(e.ID))
-	created, err := s.store.CreateEndpoint(r.Context(), e)
+	created, limit, err := s.store.CreateEndpointLimited(r.Context(), e, s.cfg.MaxEndpoints)
+	if errors.Is(err, store.ErrTooManyEndpoints) {
+		httpx.WriteError(w, r, httpx.Errorf(http.StatusConflict, "too_many_endpoints",
+			"the tenant has %d webhook endpoints, its limit (max_webhook_endpoints); delete one first", limit))
+		return
+	}
 	if err != nil {
 		httpx.WriteError(w, r, err)
 		return

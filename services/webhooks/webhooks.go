@@ -108,6 +108,10 @@ type Config struct {
 	// RetentionChunk bounds the rows one retention statement deletes.
 	// Defaults to 1000.
 	RetentionChunk int
+	// MaxEndpoints is max_webhook_endpoints for tenants without their own
+	// (FERRY_WEBHOOKS_MAX_ENDPOINTS): every endpoint is matched against
+	// every event, so a tenant may not register without bound. Defaults to 50.
+	MaxEndpoints int
 	// Now is the clock of the retention loop. Defaults to time.Now.
 	Now func() time.Time
 
@@ -131,6 +135,7 @@ func (c Config) WithDefaults() Config {
 	config.Default(&c.Retention, 720*time.Hour)
 	config.Default(&c.RetentionInterval, time.Minute)
 	config.Default(&c.RetentionChunk, 1000)
+	config.Default(&c.MaxEndpoints, 50)
 	if c.Now == nil {
 		c.Now = time.Now
 	}
@@ -183,6 +188,7 @@ func LoadConfig(l *config.Loader) Config {
 		DisableAfter:        l.Duration("FERRY_WEBHOOKS_DISABLE_AFTER"),
 		SecretGrace:         l.Duration("FERRY_WEBHOOKS_SECRET_GRACE"),
 		Retention:           l.Duration("FERRY_WEBHOOKS_RETENTION"),
+		MaxEndpoints:        l.Int("FERRY_WEBHOOKS_MAX_ENDPOINTS"),
 	}
 	var errs []error
 	if l.IsSet("FERRY_SECRET_KEY") {
