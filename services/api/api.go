@@ -211,6 +211,7 @@ func (s *Service) Routes(r chi.Router) {
 		r.Post("/v1/admin/tenants/{id}/keys", s.handleCreateKey)
 		r.Get("/v1/admin/tenants/{id}/keys", s.handleListKeys)
 		r.Delete("/v1/admin/keys/{key_id}", s.handleRevokeKey)
+		s.quarantineRoutes(r) // quarantine.go
 	})
 }
 
