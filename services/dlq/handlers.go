@@ -70,6 +70,13 @@ func (f filterJSON) validate(bad map[string]string) store.Filter {
 	if len(f.Q) > maxQueryLen {
 		bad["q"] = fmt.Sprintf("must be at most %d characters", maxQueryLen)
 	}
+	// Filters are query parameters of Postgres text columns: NUL or
+	// invalid UTF-8 would fail the query (500) instead of matching nothing.
+	for name, v := range map[string]string{"type": f.Type, "queue": f.Queue, "q": f.Q} {
+		if err := schema.CheckText(v); err != nil {
+			bad[name] = schema.FieldMessage(err)
+		}
+	}
 	if f.From != nil && f.To != nil && !f.From.Before(*f.To) {
 		bad["to"] = "must be after from"
 	}
@@ -199,8 +206,9 @@ func (s *Service) decodeRedriveBody(w http.ResponseWriter, r *http.Request) (red
 		return redrive.Edit{}, err
 	}
 	bad := map[string]string{}
-	if len(b.Payload) > s.cfg.MaxPayloadBytes {
-		return redrive.Edit{}, httpx.Errorf(http.StatusRequestEntityTooLarge, "payload_too_large", "payload exceeds %d bytes", s.cfg.MaxPayloadBytes)
+	payload, err := editedPayload(b.Payload, s.cfg.MaxPayloadBytes)
+	if err != nil {
+		return redrive.Edit{}, err
 	}
 	if b.MaxAttempts != nil && (*b.MaxAttempts < 1 || *b.MaxAttempts > redrive.MaxAttempts) {
 		bad["max_attempts"] = fmt.Sprintf("must be between 1 and %d", redrive.MaxAttempts)
@@ -210,7 +218,33 @@ func (s *Service) decodeRedriveBody(w http.ResponseWriter, r *http.Request) (red
 		e.Fields = bad
 		return redrive.Edit{}, e
 	}
-	return redrive.Edit{Payload: b.Payload, MaxAttempts: b.MaxAttempts}, nil
+	return redrive.Edit{Payload: payload, MaxAttempts: b.MaxAttempts}, nil
+}
+
+// editedPayload checks an edited payload as the api checks a submitted one
+// (schema.EncodePayload: storable by every projection, its size counted as
+// produced) and returns it as it will be produced; nil and null pass.
+func editedPayload(raw json.RawMessage, limit int) (json.RawMessage, error) {
+	if raw == nil {
+		return nil, nil
+	}
+	if bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
+		return json.RawMessage("null"), nil
+	}
+	enc, err := schema.EncodePayload(raw)
+	var ue *schema.UnstorableJSONError
+	switch {
+	case errors.As(err, &ue):
+		e := httpx.Errorf(http.StatusUnprocessableEntity, "payload_unstorable", "the payload holds a value Postgres cannot store (see fields); nothing was re-driven")
+		e.Fields = map[string]string{"payload" + ue.Path: ue.Reason + ", which Postgres jsonb cannot store"}
+		return nil, e
+	case err != nil:
+		return nil, httpx.Errorf(http.StatusBadRequest, "invalid_json", "payload must be JSON")
+	case len(enc) > limit:
+		return nil, httpx.Errorf(http.StatusRequestEntityTooLarge, "payload_too_large",
+			"payload is %d bytes as encoded in the job's event ('<', '>' and '&' escaped as 6 bytes each); the limit is %d", len(enc), limit)
+	}
+	return enc, nil
 }
 
 type redriveResponse struct {
