@@ -83,6 +83,14 @@ type Config struct {
 	// ProjectionBatch bounds the records per projection transaction.
 	// Defaults to 2000.
 	ProjectionBatch int
+	// MaxStreams bounds the streams one tenant may have open in this
+	// process (FERRY_SSE_MAX_STREAMS); one more answers 429
+	// too_many_streams. Defaults to 100.
+	MaxStreams int
+	// KeyCheck is how often open streams' API keys are checked against
+	// Postgres: a stream of a key revoked (or of a tenant disabled) ends
+	// within this interval (FERRY_SSE_KEY_CHECK). Defaults to 2s.
+	KeyCheck time.Duration
 	// Now is the clock. Defaults to time.Now.
 	Now func() time.Time
 }
@@ -99,6 +107,8 @@ func (c Config) WithDefaults() Config {
 	config.Default(&c.Buffer, 256)
 	config.Default(&c.MaxLag, 8*c.Buffer)
 	config.Default(&c.ProjectionBatch, 2000)
+	config.Default(&c.MaxStreams, 100)
+	config.Default(&c.KeyCheck, 2*time.Second)
 	if c.Now == nil {
 		c.Now = time.Now
 	}
@@ -117,6 +127,12 @@ func (c Config) Validate() error {
 	if c.Buffer < 1 {
 		errs = append(errs, errors.New("FERRY_SSE_BUFFER must be at least 1"))
 	}
+	if c.MaxStreams < 1 {
+		errs = append(errs, errors.New("FERRY_SSE_MAX_STREAMS must be at least 1"))
+	}
+	if c.KeyCheck <= 0 {
+		errs = append(errs, errors.New("FERRY_SSE_KEY_CHECK must be positive"))
+	}
 	if c.WriteTimeout <= 0 || c.MaxLag < 0 || c.JobGrace < 0 || c.Poll <= 0 || c.PruneInterval <= 0 || c.ProjectionBatch < 1 {
 		errs = append(errs, errors.New("ssebridge: WriteTimeout, Poll, PruneInterval and ProjectionBatch must be positive"))
 	}
@@ -126,10 +142,12 @@ func (c Config) Validate() error {
 // LoadConfig reads the service's settings.
 func LoadConfig(l *config.Loader) Config {
 	return Config{
-		Retention: l.Duration("FERRY_SSE_RETENTION"),
-		KeepAlive: l.Duration("FERRY_SSE_KEEPALIVE"),
-		Buffer:    l.Int("FERRY_SSE_BUFFER"),
-		OrderHold: l.Duration("FERRY_SSE_ORDER_HOLD"),
+		Retention:  l.Duration("FERRY_SSE_RETENTION"),
+		KeepAlive:  l.Duration("FERRY_SSE_KEEPALIVE"),
+		Buffer:     l.Int("FERRY_SSE_BUFFER"),
+		OrderHold:  l.Duration("FERRY_SSE_ORDER_HOLD"),
+		MaxStreams: l.Int("FERRY_SSE_MAX_STREAMS"),
+		KeyCheck:   l.Duration("FERRY_SSE_KEY_CHECK"),
 	}
 }
 
@@ -141,6 +159,8 @@ type Service struct {
 	events *eventlog.Log
 	hub    *hub.Hub
 	tailer *eventlog.Tailer
+	slots  *streamSlots
+	keys   *keyWatch
 
 	conns     metric.Int64UpDownCounter
 	overflows metric.Int64Counter
@@ -185,6 +205,8 @@ func New(deps *service.Deps, cfg Config) (*Service, error) {
 	return &Service{
 		deps: deps, cfg: cfg, log: log, events: events, hub: h,
 		tailer: eventlog.NewTailer(deps.Postgres, h, log, head, cfg.Poll),
+		slots:  newStreamSlots(cfg.MaxStreams),
+		keys:   newKeyWatch(deps.Postgres),
 		conns:  conns, overflows: overflows,
 	}, nil
 }
@@ -222,6 +244,7 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	g.Go(func() error { return s.tailer.Run(ctx) })
 	g.Go(func() error { service.Every(ctx, s.cfg.PruneInterval, s.prune); return nil })
+	g.Go(func() error { service.Every(ctx, s.cfg.KeyCheck, s.checkKeys); return nil })
 	if s.cfg.OrderHold > 0 {
 		g.Go(func() error { service.Every(ctx, s.cfg.OrderHold/4, s.releaseHeld); return nil })
 	}
@@ -232,6 +255,13 @@ func (s *Service) Run(ctx context.Context) error {
 func (s *Service) releaseHeld(ctx context.Context) {
 	if err := s.events.ReleaseHeld(ctx); err != nil && ctx.Err() == nil {
 		s.log.Warn("sse-bridge: release held events", "err", err)
+	}
+}
+
+// checkKeys ends the streams of keys revoked since the last check.
+func (s *Service) checkKeys(ctx context.Context) {
+	if err := s.keys.check(ctx); err != nil && ctx.Err() == nil {
+		s.log.Warn("sse-bridge: checking stream keys", "err", err)
 	}
 }
 

@@ -656,8 +656,8 @@ func (b *bundle) insertBurst(t *testing.T, jobID string, n int) {
 }
 
 func TestManyIdleStreams(t *testing.T) {
-	b := setup(t, Config{KeepAlive: 300 * time.Millisecond}, nil)
-	const n = 200
+	const n = 200 // one tenant's: above the default cap of streams per tenant
+	b := setup(t, Config{KeepAlive: 300 * time.Millisecond, MaxStreams: n}, nil)
 	clients := make([]*sseClient, n)
 	for i := range clients {
 		clients[i] = b.open(t, b.keyA, "/v1/events", "")

@@ -37,6 +37,12 @@ type stream struct {
 func (s *Service) handleJobEvents(w http.ResponseWriter, r *http.Request) {
 	p, _ := auth.FromContext(r.Context())
 	st := stream{tenant: p.TenantID, filter: hub.Filter{JobID: chi.URLParam(r, "id")}, job: true}
+	release, err := s.slots.acquire(st.tenant)
+	if err != nil {
+		httpx.WriteError(w, r, err)
+		return
+	}
+	defer release()
 	if err := st.parseLastID(r); err != nil {
 		httpx.WriteError(w, r, err)
 		return
@@ -81,6 +87,12 @@ func (s *Service) findJob(ctx context.Context, tenant, id string) (eventlog.Job,
 func (s *Service) handleTenantEvents(w http.ResponseWriter, r *http.Request) {
 	p, _ := auth.FromContext(r.Context())
 	st := stream{tenant: p.TenantID}
+	release, err := s.slots.acquire(st.tenant)
+	if err != nil {
+		httpx.WriteError(w, r, err)
+		return
+	}
+	defer release()
 	q := r.URL.Query()
 	st.filter.JobTypes = listParam(q["type"])
 	st.filter.Queues = listParam(q["queue"])
@@ -171,9 +183,14 @@ var (
 	errTooFar = errors.New("client too far behind")
 )
 
-// serve streams st: subscribe, replay from the log, then live events.
+// serve streams st: subscribe, replay from the log, then live events. The
+// stream ends when its API key is revoked (keyWatch).
 func (s *Service) serve(w http.ResponseWriter, r *http.Request, st stream) {
-	ctx := r.Context()
+	ctx, cancel := context.WithCancelCause(r.Context())
+	defer cancel(nil)
+	if p, _ := auth.FromContext(ctx); !p.Admin {
+		defer s.keys.watch(p.KeyID, cancel)()
+	}
 	sub := s.hub.Subscribe(st.tenant, st.filter)
 	defer s.hub.Unsubscribe(sub)
 	s.conns.Add(context.WithoutCancel(ctx), 1)
@@ -209,6 +226,10 @@ func (s *Service) serve(w http.ResponseWriter, r *http.Request, st stream) {
 	for {
 		select {
 		case <-ctx.Done():
+			if errors.Is(context.Cause(ctx), errKeyRevoked) {
+				_ = sw.write([]byte(": api key revoked; stream closed\n\n"))
+				_ = sw.flush()
+			}
 			return
 		case <-ka.C:
 			if sw.write([]byte(": keep-alive\n\n")) != nil || sw.flush() != nil {
