@@ -60,6 +60,8 @@ var Vars = []Var{
 
 	// api.
 	{"FERRY_API_IDEMPOTENCY_TTL", "24h", "How long an Idempotency-Key is remembered in Redis (the status projection keeps it for the job's lifetime)."},
+	{"FERRY_API_IDEMPOTENCY_CLAIM_TTL", "10s", "Lease of an Idempotency-Key while its request is in flight: if the api dies holding it, retries answer 409 for at most this long, then take the key over with the same job id."},
+	{"FERRY_API_TEST_PAUSE_AT", "", "Test only: hold keyed submissions at a point of the idempotency flow (claimed, produced) so the chaos suite can kill the api there. Never set in production."},
 	{"FERRY_API_MAX_ATTEMPTS_TYPES", "", "Default max_attempts per job type for jobs that do not set it, comma-separated type=N (e.g. email.send=10); other types default to 5."},
 	{"FERRY_API_DEFAULT_MAX_QUEUED", "100000", "max_queued of tenants without their own: jobs waiting to run (each held in Redis); past it submissions get 429 tenant_queue_full."},
 	{"FERRY_API_DEFAULT_MAX_QUEUES", "100", "max_queues of tenants without their own: distinct queues with unfinished jobs; a job in a new queue past it gets 429 too_many_queues."},
@@ -81,6 +83,8 @@ var Vars = []Var{
 	{"FERRY_SSE_RETENTION", "24h", "How long the sse-bridge keeps events for Last-Event-ID resumption; older positions get an `event: reset`."},
 	{"FERRY_SSE_KEEPALIVE", "15s", "Interval of the keep-alive comments on idle SSE streams."},
 	{"FERRY_SSE_BUFFER", "256", "Events buffered per SSE client; a client further behind gets `event: overflow` and is disconnected."},
+	{"FERRY_SSE_MAX_STREAMS", "100", "Open SSE streams one tenant may have in one sse-bridge process; one more gets 429 too_many_streams."},
+	{"FERRY_SSE_KEY_CHECK", "2s", "How often the sse-bridge checks the API keys of open streams in Postgres: a stream of a revoked key (or disabled tenant) ends within this interval."},
 	{"FERRY_SSE_ORDER_HOLD", "3s", "Longest an SSE event waits for its predecessor (completed for started, started for enqueued) when topics deliver them out of order; negative disables."},
 
 	// webhooks.
