@@ -66,6 +66,17 @@ type Config struct {
 	// IdempotencyTTL is how long Redis remembers an Idempotency-Key.
 	// Defaults to 24h.
 	IdempotencyTTL time.Duration
+	// IdempotencyClaimTTL is the lease of an Idempotency-Key while its
+	// request is in flight: a request that dies holding it makes retries
+	// answer 409 for this long at most. Longer than a produce normally
+	// takes. Defaults to 10s.
+	IdempotencyClaimTTL time.Duration
+	// TestPauseAt makes keyed submissions wait at a point of the
+	// idempotency flow ("claimed": after the claim, before the produce;
+	// "produced": after the produce, before the key is completed) until
+	// the request ends, so that tests can kill the api there. Test only;
+	// empty (never pause) in production.
+	TestPauseAt string
 	// SubmittedTTL is how long a just-submitted job is cached in Redis for
 	// reads that beat the projection. Defaults to 2m.
 	SubmittedTTL time.Duration
@@ -93,6 +104,7 @@ type Config struct {
 // WithDefaults returns c with zero fields set to their defaults.
 func (c Config) WithDefaults() Config {
 	config.Default(&c.IdempotencyTTL, 24*time.Hour)
+	config.Default(&c.IdempotencyClaimTTL, 10*time.Second)
 	config.Default(&c.SubmittedTTL, 2*time.Minute)
 	config.Default(&c.MaxPayloadBytes, 262144)
 	config.Default(&c.MaxBatchBytes, 32<<20)
@@ -111,6 +123,12 @@ func (c Config) Validate() error {
 	var errs []error
 	if c.IdempotencyTTL < time.Minute {
 		errs = append(errs, errors.New("FERRY_API_IDEMPOTENCY_TTL must be at least 1m"))
+	}
+	if c.IdempotencyClaimTTL < 100*time.Millisecond || c.IdempotencyClaimTTL > c.IdempotencyTTL {
+		errs = append(errs, errors.New("FERRY_API_IDEMPOTENCY_CLAIM_TTL must be at least 100ms and at most FERRY_API_IDEMPOTENCY_TTL"))
+	}
+	if c.TestPauseAt != "" && c.TestPauseAt != pauseClaimed && c.TestPauseAt != pauseProduced {
+		errs = append(errs, fmt.Errorf("FERRY_API_TEST_PAUSE_AT must be empty, %q or %q", pauseClaimed, pauseProduced))
 	}
 	if c.SubmittedTTL <= 0 {
 		errs = append(errs, errors.New("api: SubmittedTTL must be positive"))
@@ -135,9 +153,11 @@ func (c Config) Validate() error {
 // LoadConfig reads the api's settings.
 func LoadConfig(l *config.Loader) Config {
 	return Config{
-		IdempotencyTTL:    l.Duration("FERRY_API_IDEMPOTENCY_TTL"),
-		MaxPayloadBytes:   l.Int("FERRY_API_MAX_PAYLOAD_BYTES"),
-		MaxAttemptsByType: l.IntMap("FERRY_API_MAX_ATTEMPTS_TYPES"),
+		IdempotencyTTL:      l.Duration("FERRY_API_IDEMPOTENCY_TTL"),
+		IdempotencyClaimTTL: l.Duration("FERRY_API_IDEMPOTENCY_CLAIM_TTL"),
+		TestPauseAt:         l.String("FERRY_API_TEST_PAUSE_AT"),
+		MaxPayloadBytes:     l.Int("FERRY_API_MAX_PAYLOAD_BYTES"),
+		MaxAttemptsByType:   l.IntMap("FERRY_API_MAX_ATTEMPTS_TYPES"),
 	}
 }
 
@@ -182,7 +202,7 @@ func New(deps *service.Deps, cfg Config) (*Service, error) {
 		cfg:     cfg,
 		log:     log,
 		store:   st,
-		idem:    idem.New(deps.Redis, cfg.IdempotencyTTL, cfg.SubmittedTTL),
+		idem:    idem.New(deps.Redis, cfg.IdempotencyTTL, cfg.IdempotencyClaimTTL, cfg.SubmittedTTL),
 		tenants: auth.NewTenantCache(deps.Postgres, cfg.TenantCacheTTL),
 		counts:  limits.NewCounter(cfg.CountsCacheTTL, st.TenantCounts),
 	}, nil

@@ -242,7 +242,7 @@ func (s *Service) submit(ctx context.Context, settings auth.Settings, items []it
 		}
 		accepted[i] = a
 		if it.key != "" {
-			claims = append(claims, idem.Claim{Key: it.key, Hash: a.Hash})
+			claims = append(claims, idem.Claim{Key: it.key, Hash: a.Hash, JobID: "job_" + schema.NewEventID()})
 			claimIdx = append(claimIdx, i)
 		}
 	}
@@ -264,6 +264,7 @@ func (s *Service) submit(ctx context.Context, settings auth.Settings, items []it
 			i := claimIdx[ci]
 			switch r.Outcome {
 			case idem.Claimed:
+				claims[ci].JobID = r.JobID // an expired claim's job id, if any
 				fresh = append(fresh, ci)
 			case idem.InFlight:
 				out[i].err, skip[i] = errInFlight, true
@@ -336,6 +337,9 @@ func (s *Service) submit(ctx context.Context, settings auth.Settings, items []it
 		}
 		a := accepted[i]
 		id := "job_" + schema.NewEventID()
+		if c, ok := ownedBy[i]; ok {
+			id = c.JobID // the claim's: a retry after a lost request reuses it
+		}
 		ev := schema.Enqueued{
 			JobRef:    schema.JobRef{JobID: id, TenantID: tenant, Attempt: 1},
 			Job:       a.Spec,
@@ -356,17 +360,19 @@ func (s *Service) submit(ctx context.Context, settings auth.Settings, items []it
 		job.Deduplicated = &f
 		out[i] = outcome{job: job, created: true}
 	}
-	var release []idem.Claim
+	var release, abandon []idem.Claim
 	submitted := map[string][]byte{}
 	if len(recs) > 0 {
+		s.testPause(ctx, pauseClaimed, len(owned) > 0)
 		results := s.deps.Kafka.ProduceSync(ctx, recs...)
+		s.testPause(ctx, pauseProduced, len(owned) > 0)
 		for k, res := range results {
 			i := recIdx[k]
 			if res.Err != nil {
 				s.log.ErrorContext(ctx, "produce enqueued failed", "tenant", tenant, "job_id", out[i].job.ID, "err", res.Err)
 				out[i] = outcome{err: errUnavailable}
 				if c, ok := ownedBy[i]; ok {
-					release = append(release, c)
+					abandon = append(abandon, c) // it may have reached Kafka
 				}
 				continue
 			}
@@ -386,6 +392,9 @@ func (s *Service) submit(ctx context.Context, settings auth.Settings, items []it
 	}
 	bg := context.WithoutCancel(ctx)
 	if err := s.idem.Release(bg, tenant, release); err != nil {
+		s.log.WarnContext(ctx, "idempotency release failed", "tenant", tenant, "err", err)
+	}
+	if err := s.idem.Abandon(bg, tenant, abandon); err != nil {
 		s.log.WarnContext(ctx, "idempotency release failed", "tenant", tenant, "err", err)
 	}
 	if err := s.idem.Complete(bg, tenant, finished, submitted); err != nil {
