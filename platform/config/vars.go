@@ -63,10 +63,11 @@ var Vars = []Var{
 	{"FERRY_API_IDEMPOTENCY_CLAIM_TTL", "10s", "Lease of an Idempotency-Key while its request is in flight: if the api dies holding it, retries answer 409 for at most this long, then take the key over with the same job id."},
 	{"FERRY_API_TEST_PAUSE_AT", "", "Test only: hold keyed submissions at a point of the idempotency flow (claimed, produced) so the chaos suite can kill the api there. Never set in production."},
 	{"FERRY_API_MAX_ATTEMPTS_TYPES", "", "Default max_attempts per job type for jobs that do not set it, comma-separated type=N (e.g. email.send=10); other types default to 5."},
+	{"FERRY_API_MAX_PAYLOAD_BYTES", "262144", "Largest accepted job payload, as encoded in the job's event (compact JSON, '<', '>' and '&' escaped as 6 bytes each)."},
+	{"FERRY_API_MAX_DELAY", "144h", "How far ahead a job's run_at, delay or retry backoff may reach (422 run_at_too_far beyond); must be below FERRY_TOPIC_RETENTION, checked at startup."},
 	{"FERRY_API_DEFAULT_MAX_QUEUED", "100000", "max_queued of tenants without their own: jobs waiting to run (each held in Redis); past it submissions get 429 tenant_queue_full."},
 	{"FERRY_API_DEFAULT_MAX_QUEUES", "100", "max_queues of tenants without their own: distinct queues with unfinished jobs; a job in a new queue past it gets 429 too_many_queues."},
 	{"FERRY_JOB_RETENTION", "720h", "How long a finished job (succeeded, dead, cancelled) stays in the status projection (GET /v1/jobs/{id}, the durable idempotency backstop); older ones are deleted in batches. At least 1h."},
-	{"FERRY_API_MAX_PAYLOAD_BYTES", "262144", "Largest accepted job payload."},
 
 	// scheduler.
 	{"FERRY_SCHEDULER_LEASE", "30s", "Lease a dispatched job holds; started and progress events extend it."},

@@ -11,6 +11,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
+	"github.com/ferryhq/ferry/events/schema"
 	"github.com/ferryhq/ferry/platform/auth"
 	"github.com/ferryhq/ferry/platform/httpx"
 )
@@ -155,9 +156,12 @@ func (s *Service) handleCreateTenant(w http.ResponseWriter, r *http.Request) {
 	default:
 		t.ID = *req.ID
 	}
-	if req.Name == nil || *req.Name == "" || len(*req.Name) > 200 {
+	switch {
+	case req.Name == nil || *req.Name == "" || len(*req.Name) > 200:
 		bad["name"] = "is required (at most 200 characters)"
-	} else {
+	case schema.CheckText(*req.Name) != nil:
+		bad["name"] = schema.FieldMessage(schema.CheckText(*req.Name))
+	default:
 		t.Name = *req.Name
 	}
 	if req.Disabled != nil {
@@ -247,8 +251,12 @@ func (s *Service) handleUpdateTenant(w http.ResponseWriter, r *http.Request) {
 	if req.ID != nil && *req.ID != id {
 		bad["id"] = "cannot be changed"
 	}
-	if req.Name != nil && (*req.Name == "" || len(*req.Name) > 200) {
-		bad["name"] = "must hold 1 to 200 characters"
+	if req.Name != nil {
+		if err := schema.CheckText(*req.Name); err != nil {
+			bad["name"] = schema.FieldMessage(err)
+		} else if *req.Name == "" || len(*req.Name) > 200 {
+			bad["name"] = "must hold 1 to 200 characters"
+		}
 	}
 	settings := cur.Settings
 	req.apply(&settings, maxTenantPayload, bad)

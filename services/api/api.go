@@ -82,6 +82,11 @@ type Config struct {
 	SubmittedTTL time.Duration
 	// MaxPayloadBytes bounds a job's payload. Defaults to 262144.
 	MaxPayloadBytes int
+	// MaxDelay bounds how far ahead a job's run_at, delay or retry backoff
+	// may reach. Defaults to 144h (6 days); it must stay below the topics'
+	// retention (FERRY_TOPIC_RETENTION): after losing Redis the scheduler
+	// rebuilds delayed jobs only from what Kafka still holds.
+	MaxDelay time.Duration
 	// MaxAttemptsByType is the default max_attempts per job type, for jobs
 	// that do not set their own. Defaults to none (5 for every type).
 	MaxAttemptsByType map[string]int
@@ -107,6 +112,7 @@ func (c Config) WithDefaults() Config {
 	config.Default(&c.IdempotencyClaimTTL, 10*time.Second)
 	config.Default(&c.SubmittedTTL, 2*time.Minute)
 	config.Default(&c.MaxPayloadBytes, 262144)
+	config.Default(&c.MaxDelay, 144*time.Hour)
 	config.Default(&c.MaxBatchBytes, 32<<20)
 	config.Default(&c.MaxBatchJobs, 1000)
 	config.Default(&c.ProjectionBatch, 2000)
@@ -136,6 +142,9 @@ func (c Config) Validate() error {
 	if c.MaxPayloadBytes < 1 {
 		errs = append(errs, errors.New("FERRY_API_MAX_PAYLOAD_BYTES must be positive"))
 	}
+	if c.MaxDelay < time.Second || c.MaxDelay > submit.MaxAhead {
+		errs = append(errs, fmt.Errorf("FERRY_API_MAX_DELAY must be between 1s and %s", submit.MaxAhead))
+	}
 	if c.MaxBatchBytes < int64(c.MaxPayloadBytes) {
 		errs = append(errs, errors.New("api: MaxBatchBytes must be at least MaxPayloadBytes"))
 	}
@@ -157,8 +166,19 @@ func LoadConfig(l *config.Loader) Config {
 		IdempotencyClaimTTL: l.Duration("FERRY_API_IDEMPOTENCY_CLAIM_TTL"),
 		TestPauseAt:         l.String("FERRY_API_TEST_PAUSE_AT"),
 		MaxPayloadBytes:     l.Int("FERRY_API_MAX_PAYLOAD_BYTES"),
+		MaxDelay:            l.Duration("FERRY_API_MAX_DELAY"),
 		MaxAttemptsByType:   l.IntMap("FERRY_API_MAX_ATTEMPTS_TYPES"),
 	}
+}
+
+// checkMaxDelay refuses a maximum delay the topics do not retain: a job
+// delayed that long could not be rebuilt after losing Redis. retention 0
+// (not configured, the broker's default) is not checked.
+func checkMaxDelay(maxDelay, retention time.Duration) error {
+	if retention > 0 && maxDelay >= retention {
+		return fmt.Errorf("FERRY_API_MAX_DELAY (%s) must be below FERRY_TOPIC_RETENTION (%s): after losing Redis, delayed jobs are rebuilt only from what the topics retain", maxDelay, retention)
+	}
+	return nil
 }
 
 // Needs are the connections the api uses.
@@ -191,6 +211,9 @@ func New(deps *service.Deps, cfg Config) (*Service, error) {
 	}
 	if deps.Postgres == nil || deps.Redis == nil || deps.Kafka == nil {
 		return nil, errors.New("api: needs Postgres, Redis and Kafka")
+	}
+	if err := checkMaxDelay(cfg.MaxDelay, deps.Common.TopicRetention); err != nil {
+		return nil, err
 	}
 	log := deps.Log("api")
 	if err := store.Migrate(context.Background(), deps.Postgres); err != nil {

@@ -65,9 +65,37 @@ func validationError(inv *submit.Invalid) *httpx.Error {
 		return e
 	}
 	e := httpx.Errorf(http.StatusUnprocessableEntity, "validation_failed", "the job has invalid fields")
+	switch inv.Code {
+	case submit.CodePayloadUnstorable:
+		e.Code, e.Message = inv.Code, "the payload holds a value Postgres cannot store (see fields); nothing was queued"
+	case submit.CodeRunAtTooFar:
+		e.Code, e.Message = inv.Code, "the job would start later than this deployment can keep it (see fields)"
+	}
 	e.Fields = inv.Fields
 	return e
 }
+
+// checkKeyHeader refuses an Idempotency-Key header that is too long or not
+// storable text (the key is stored in the status projection).
+func checkKeyHeader(key string) *httpx.Error {
+	msg := ""
+	if err := schema.CheckText(key); err != nil {
+		msg = schema.FieldMessage(err)
+	} else if len(key) > submit.MaxIdempotencyKey {
+		msg = fmt.Sprintf("must be at most %d characters", submit.MaxIdempotencyKey)
+	}
+	if msg == "" {
+		return nil
+	}
+	e := httpx.Errorf(http.StatusUnprocessableEntity, "validation_failed", "Idempotency-Key %s", msg)
+	e.Fields = map[string]string{"idempotency_key": msg}
+	return e
+}
+
+// errRecordTooLarge answers a job whose enqueued event would not fit in a
+// Kafka record with room for its retries' history.
+var errRecordTooLarge = httpx.Errorf(http.StatusRequestEntityTooLarge, "record_too_large",
+	"the job's event would exceed %d bytes (payload, tags and fields together); make the payload smaller", schema.MaxSubmitRecordBytes)
 
 func (s *Service) handleSubmit(w http.ResponseWriter, r *http.Request) {
 	settings, err := s.tenantSettings(r.Context())
@@ -84,9 +112,7 @@ func (s *Service) handleSubmit(w http.ResponseWriter, r *http.Request) {
 	if key == "" {
 		key = req.IdempotencyKey
 	}
-	if len(key) > submit.MaxIdempotencyKey {
-		e := httpx.Errorf(http.StatusUnprocessableEntity, "validation_failed", "Idempotency-Key is too long")
-		e.Fields = map[string]string{"idempotency_key": fmt.Sprintf("must be at most %d characters", submit.MaxIdempotencyKey)}
+	if e := checkKeyHeader(key); e != nil {
 		httpx.WriteError(w, r, e)
 		return
 	}
@@ -142,6 +168,10 @@ func (s *Service) handleBatch(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	header := r.Header.Get(IdempotencyKeyHeader)
+	if e := checkKeyHeader(header); e != nil {
+		httpx.WriteError(w, r, e)
+		return
+	}
 	items := make([]item, len(body.Jobs))
 	for i, raw := range body.Jobs {
 		dec := json.NewDecoder(bytes.NewReader(raw))
@@ -231,7 +261,7 @@ func (s *Service) submit(ctx context.Context, settings auth.Settings, items []it
 			out[i].err = it.err
 			continue
 		}
-		a, err := submit.Validate(it.req, now, submit.Limits{MaxPayloadBytes: s.maxPayload(settings), MaxAttemptsByType: s.cfg.MaxAttemptsByType})
+		a, err := submit.Validate(it.req, now, submit.Limits{MaxPayloadBytes: s.maxPayload(settings), MaxAttemptsByType: s.cfg.MaxAttemptsByType, MaxDelay: s.cfg.MaxDelay})
 		if err != nil {
 			var inv *submit.Invalid
 			if errors.As(err, &inv) {
@@ -331,6 +361,7 @@ func (s *Service) submit(ctx context.Context, settings auth.Settings, items []it
 	}
 	var recs []*kgo.Record
 	var recIdx []int
+	var release, abandon []idem.Claim
 	for i := range items {
 		if out[i].err != nil || skip[i] {
 			continue
@@ -353,6 +384,15 @@ func (s *Service) submit(ctx context.Context, settings auth.Settings, items []it
 			_ = s.idem.Release(context.WithoutCancel(ctx), tenant, owned)
 			return nil, err
 		}
+		if schema.RecordBytes(rec) > schema.MaxSubmitRecordBytes {
+			// Refused here rather than failing the produce (and every
+			// retry of the client) or a later retry event.
+			out[i] = outcome{err: errRecordTooLarge}
+			if c, ok := ownedBy[i]; ok {
+				release = append(release, c)
+			}
+			continue
+		}
 		recs = append(recs, rec)
 		recIdx = append(recIdx, i)
 		job := jobFromSubmission(id, tenant, a.Spec, now, a.RunAt, traceID)
@@ -360,7 +400,6 @@ func (s *Service) submit(ctx context.Context, settings auth.Settings, items []it
 		job.Deduplicated = &f
 		out[i] = outcome{job: job, created: true}
 	}
-	var release, abandon []idem.Claim
 	submitted := map[string][]byte{}
 	if len(recs) > 0 {
 		s.testPause(ctx, pauseClaimed, len(owned) > 0)
