@@ -67,6 +67,9 @@ type Config struct {
 	// holds its state (busy ones notice at their next script call).
 	// Defaults to 1s.
 	EpochCheck time.Duration
+	// CheckpointInterval is how often the checkpoint that detects a Redis
+	// gone back in time is stamped and checked (checkpoint.go). Defaults to 1s.
+	CheckpointInterval time.Duration
 	// SettingsRefresh is how often the tenants' weights and max_running and
 	// the paused queues are copied from Postgres into Redis. Defaults to 2s.
 	SettingsRefresh time.Duration
@@ -125,6 +128,7 @@ func (c Config) WithDefaults() Config {
 	if c.EpochCheck <= 0 {
 		c.EpochCheck = time.Second
 	}
+	config.Default(&c.CheckpointInterval, time.Second)
 	if c.SettingsRefresh <= 0 {
 		c.SettingsRefresh = 2 * time.Second
 	}
@@ -190,13 +194,14 @@ func parseRetryTypes(items []string) (map[string]retry.TypeBackoff, error) {
 func LoadConfig(l *config.Loader) (Config, error) {
 	types, err := parseRetryTypes(l.List("FERRY_SCHEDULER_RETRY_TYPES"))
 	return Config{
-		Lease:          l.Duration("FERRY_SCHEDULER_LEASE"),
-		Prefetch:       l.Int("FERRY_SCHEDULER_PREFETCH"),
-		PrefetchWindow: l.Duration("FERRY_SCHEDULER_PREFETCH_WINDOW"),
-		PrefetchMax:    l.Int("FERRY_SCHEDULER_PREFETCH_MAX"),
-		Tick:           l.Duration("FERRY_SCHEDULER_TICK"),
-		RetryBase:      l.Duration("FERRY_SCHEDULER_RETRY_BASE"),
-		RetryMax:       l.Duration("FERRY_SCHEDULER_RETRY_MAX"),
-		RetryTypes:     types,
+		Lease:              l.Duration("FERRY_SCHEDULER_LEASE"),
+		Prefetch:           l.Int("FERRY_SCHEDULER_PREFETCH"),
+		PrefetchWindow:     l.Duration("FERRY_SCHEDULER_PREFETCH_WINDOW"),
+		PrefetchMax:        l.Int("FERRY_SCHEDULER_PREFETCH_MAX"),
+		Tick:               l.Duration("FERRY_SCHEDULER_TICK"),
+		RetryBase:          l.Duration("FERRY_SCHEDULER_RETRY_BASE"),
+		RetryMax:           l.Duration("FERRY_SCHEDULER_RETRY_MAX"),
+		RetryTypes:         types,
+		CheckpointInterval: l.Duration("FERRY_SCHEDULER_CHECKPOINT_INTERVAL"),
 	}, err
 }

@@ -138,6 +138,9 @@ func (s *Service) rebuildLocked(ctx context.Context) error {
 			return fmt.Errorf("scheduler: rebuild: %w", err)
 		}
 	}
+	if err := s.resetCheckpoint(ctx); err != nil { // checkpoint.go
+		return fmt.Errorf("scheduler: rebuild: %w", err)
+	}
 	if err := s.store.SetEpoch(ctx, schema.NewEventID()); err != nil {
 		return err
 	}

@@ -2,6 +2,7 @@ package scheduler_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -94,5 +95,157 @@ func TestRedisLossRebuild(t *testing.T) {
 	}
 	if len(s.early) > 0 {
 		t.Errorf("%d jobs dispatched before their run_at, e.g. %s", len(s.early), s.early[0])
+	}
+}
+
+// snapshot is a copy of every key under prefix (DUMP and TTL), as an older
+// RDB or AOF would hold them.
+type snapshot map[string]struct {
+	dump string
+	ttl  time.Duration
+}
+
+func takeSnapshot(t *testing.T, ctx context.Context, rdb *redis.Client, prefix string) snapshot {
+	t.Helper()
+	snap := snapshot{}
+	keys, err := rdb.Keys(ctx, prefix+"*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range keys {
+		d, err := rdb.Dump(ctx, k).Result()
+		if errors.Is(err, redis.Nil) {
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		ttl, _ := rdb.PTTL(ctx, k).Result()
+		if ttl < 0 {
+			ttl = 0
+		}
+		snap[k] = struct {
+			dump string
+			ttl  time.Duration
+		}{d, ttl}
+	}
+	return snap
+}
+
+// restore makes Redis hold exactly the snapshot under prefix (except the
+// rebuild lock), as a restart from that snapshot would.
+func (snap snapshot) restore(t *testing.T, ctx context.Context, rdb *redis.Client, prefix string) {
+	t.Helper()
+	keys, err := rdb.Keys(ctx, prefix+"*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		for _, k := range keys {
+			if k != prefix+"rebuild:lock" {
+				p.Del(ctx, k)
+			}
+		}
+		for k, v := range snap {
+			if k != prefix+"rebuild:lock" {
+				p.RestoreReplace(ctx, k, v.ttl, v.dump)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRedisBackInTime: Redis restored from an older snapshot still has its
+// epoch, but lost the jobs enqueued since; the checkpoint (behind
+// Postgres's) gives it away, the state is rebuilt from the log and every
+// job accepted completes, once.
+func TestRedisBackInTime(t *testing.T) {
+	e := newEnv(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pg := e.postgres()
+	var sched, workers errgroup.Group
+	cfg := scheduler.Config{Lease: 30 * time.Second, EpochCheck: 100 * time.Millisecond, CheckpointInterval: 100 * time.Millisecond}
+	e.schedulerPG(ctx, &sched, cfg, pg)
+
+	const first, lost = 50, 50
+	s := &seen{dispatches: map[string]map[string]bool{}, completed: map[string]int{}, done: make(chan struct{}), want: first}
+	wctx, wcancel := context.WithCancel(context.Background())
+	defer wcancel()
+	api := e.client()
+	produce := func(prefix string, n int, runAt time.Time) {
+		var recs []*kgo.Record
+		for i := range n {
+			rec, err := schema.NewRecord(e.topics.Lifecycle(schema.EventEnqueued), "ferry/api", enqueued(fmt.Sprintf("%s-%03d", prefix, i), runAt, false))
+			if err != nil {
+				t.Fatal(err)
+			}
+			recs = append(recs, rec)
+		}
+		if err := kafkax.ProduceAll(ctx, api, recs...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	opts, err := redis.ParseURL(e.redis)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(opts)
+	defer rdb.Close()
+	const prefix = "ferry:sched:"
+	// The first jobs wait for a worker: no worker yet.
+	produce("first", first, time.Time{})
+	waitFor(t, 20*time.Second, func() bool { n, _ := rdb.ZCard(ctx, prefix+"q:default:ready").Result(); return n == first })
+	time.Sleep(300 * time.Millisecond) // a checkpoint after them
+	snap := takeSnapshot(t, ctx, rdb, prefix)
+	// More jobs, delayed ones too, then the checkpoint moves on.
+	produce("lost", lost/2, time.Time{})
+	produce("lostlater", lost/2, time.Now().Add(2*time.Second))
+	waitFor(t, 20*time.Second, func() bool { n, _ := rdb.ZCard(ctx, prefix+"q:default:ready").Result(); return n == first+lost/2 })
+	time.Sleep(500 * time.Millisecond)
+	snap.restore(t, ctx, rdb, prefix)
+	if n, _ := rdb.ZCard(ctx, prefix+"q:default:ready").Result(); n != first {
+		t.Fatalf("restored snapshot holds %d ready jobs, want %d", n, first)
+	}
+	s.mu.Lock()
+	s.want = first + lost
+	s.mu.Unlock()
+	e.fakeWorker(wctx, &workers, "w1", 16, s)
+	select {
+	case <-s.done:
+	case <-time.After(30 * time.Second):
+		s.mu.Lock()
+		t.Fatalf("only %d of %d jobs completed after Redis went back in time", len(s.completed), first+lost)
+	}
+	time.Sleep(500 * time.Millisecond) // let any double completion show up
+	cancel()
+	if err := sched.Wait(); err != nil {
+		t.Fatalf("scheduler Run: %v", err)
+	}
+	wcancel()
+	_ = workers.Wait()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for id, c := range s.completed {
+		if c != 1 {
+			t.Errorf("%s completed %d times", id, c)
+		}
+	}
+	if len(s.early) > 0 {
+		t.Errorf("%d jobs dispatched before their run_at, e.g. %s", len(s.early), s.early[0])
+	}
+}
+
+func waitFor(t *testing.T, d time.Duration, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met in time")
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }

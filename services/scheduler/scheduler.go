@@ -142,7 +142,8 @@ func (s *Service) Run(ctx context.Context) error {
 	g.Go(func() error { kafkax.WatchLag(gctx, cl, Group, s.Topics(), nil); return nil })
 	g.Go(func() error { return s.consume(gctx, cl) })
 	g.Go(func() error { return s.watchState(gctx) })
-	g.Go(func() error { return s.syncLoop(gctx) }) // fair-share settings (tenants.go)
+	g.Go(func() error { return s.checkpointLoop(gctx) }) // partial Redis loss (checkpoint.go)
+	g.Go(func() error { return s.syncLoop(gctx) })       // fair-share settings (tenants.go)
 	for _, p := range s.cfg.Pools {
 		g.Go(func() error { return s.dispatchLoop(gctx, p) })
 	}

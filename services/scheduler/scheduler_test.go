@@ -10,12 +10,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/ferryhq/ferry/events/schema"
+	"github.com/ferryhq/ferry/platform/auth"
 	"github.com/ferryhq/ferry/platform/config"
 	"github.com/ferryhq/ferry/platform/kafkax"
+	"github.com/ferryhq/ferry/platform/pgstore"
 	"github.com/ferryhq/ferry/platform/redisx"
 	"github.com/ferryhq/ferry/platform/service"
 	"github.com/ferryhq/ferry/platform/testenv"
@@ -55,8 +58,31 @@ func (e *env) client(extra ...kgo.Opt) *kgo.Client {
 	return cl
 }
 
+// postgres returns a migrated pool of a fresh database for the scheduler.
+func (e *env) postgres() *pgxpool.Pool {
+	e.t.Helper()
+	pool, err := pgstore.Open(context.Background(), testenv.Postgres(e.t), 4)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(pool.Close)
+	if err := auth.Migrate(context.Background(), pool); err != nil { // tenants: fair-share settings
+		e.t.Fatal(err)
+	}
+	if err := scheduler.Migrate(context.Background(), pool); err != nil {
+		e.t.Fatal(err)
+	}
+	return pool
+}
+
 // scheduler starts a scheduler with its own connections.
 func (e *env) scheduler(ctx context.Context, g *errgroup.Group, cfg scheduler.Config) {
+	e.t.Helper()
+	e.schedulerPG(ctx, g, cfg, nil)
+}
+
+// schedulerPG starts a scheduler with its own connections and pg (nil: none).
+func (e *env) schedulerPG(ctx context.Context, g *errgroup.Group, cfg scheduler.Config, pg *pgxpool.Pool) {
 	e.t.Helper()
 	rdb, err := redisx.Open(ctx, e.redis)
 	if err != nil {
@@ -69,6 +95,9 @@ func (e *env) scheduler(ctx context.Context, g *errgroup.Group, cfg scheduler.Co
 		Logger: e.log,
 		Redis:  rdb,
 		Kafka:  e.client(),
+	}
+	if pg != nil {
+		deps.Postgres = pg
 	}
 	s, err := scheduler.New(deps, cfg)
 	if err != nil {

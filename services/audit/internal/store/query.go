@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -70,12 +71,23 @@ func (s *Store) List(ctx context.Context, f Filter, after *Cursor, limit int) ([
 // and its connection returned to the pool before fn sees it: fn may block
 // (writing to a slow client) without holding a Postgres connection that
 // audit reads, authentication and the projection need.
+//
+// A page also ends once its rows hold maxPageBytes of data, so a page of
+// large payloads does not hold batch × the largest payload in memory.
 func (s *Store) Each(ctx context.Context, f Filter, batch int, fn func([]Event) error) error {
 	var after *Cursor
 	buf := make([]Event, 0, batch)
 	for {
 		buf = buf[:0]
-		last, err := s.page(ctx, f, after, batch, func(e Event) error { buf = append(buf, e); return nil })
+		size, full := 0, false
+		last, err := s.page(ctx, f, after, batch, func(e Event) error {
+			buf = append(buf, e)
+			if size += len(e.Data); size >= maxPageBytes {
+				full = true
+				return errPageFull
+			}
+			return nil
+		})
 		if err != nil {
 			return err
 		}
@@ -84,12 +96,18 @@ func (s *Store) Each(ctx context.Context, f Filter, batch int, fn func([]Event) 
 				return err
 			}
 		}
-		if len(buf) < batch {
+		if len(buf) < batch && !full {
 			return nil
 		}
 		after = last
 	}
 }
+
+// maxPageBytes bounds the data of one page of Each.
+const maxPageBytes = 4 << 20
+
+// errPageFull tells page to end the page after the row just handed over.
+var errPageFull = errors.New("audit: page full")
 
 // page streams one keyset page to fn and returns the position of its last row.
 func (s *Store) page(ctx context.Context, f Filter, after *Cursor, limit int, fn func(Event) error) (*Cursor, error) {
@@ -132,10 +150,14 @@ func (s *Store) page(ctx context.Context, f Filter, after *Cursor, limit int, fn
 		if err != nil {
 			return nil, err
 		}
-		if err := fn(e); err != nil {
+		err = fn(e)
+		if err != nil && !errors.Is(err, errPageFull) {
 			return nil, err
 		}
 		last = &Cursor{Occurred: e.OccurredAt, EventID: e.EventID}
+		if err != nil {
+			break // the page is full: rows.Close in the defer ends the query
+		}
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("audit: list: %w", err)
