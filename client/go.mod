@@ -1,0 +1,3 @@
+module github.com/ferryhq/ferry/client
+
+go 1.23
