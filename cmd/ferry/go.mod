@@ -2,6 +2,8 @@ module github.com/ferryhq/ferry/cmd/ferry
 
 go 1.26.8
 
+replace github.com/ferryhq/ferry/client => ../../client
+
 replace github.com/ferryhq/ferry/events/schema => ../../events/schema
 
 replace github.com/ferryhq/ferry/platform => ../../platform
@@ -21,6 +23,7 @@ replace github.com/ferryhq/ferry/services/audit => ../../services/audit
 replace github.com/ferryhq/ferry/services/webhooks => ../../services/webhooks
 
 require (
+	github.com/ferryhq/ferry/client v0.0.0
 	github.com/ferryhq/ferry/events/schema v0.0.0
 	github.com/ferryhq/ferry/platform v0.0.0
 	github.com/ferryhq/ferry/services/api v0.0.0-00010101000000-000000000000
