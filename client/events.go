@@ -279,6 +279,10 @@ type sseMessage struct {
 // fields, comments, multi-line data, CR/LF/CRLF line ends).
 type sseParser struct {
 	r *bufio.Reader
+	// afterCR says the last line ended with CR: a LF right after it
+	// belongs to that line end. (Peeking instead would block a message
+	// ending in CR until the server sends more.)
+	afterCR bool
 }
 
 func newSSEParser(r io.Reader) *sseParser { return &sseParser{r: bufio.NewReaderSize(r, 64<<10)} }
@@ -332,13 +336,15 @@ func (p *sseParser) line() (string, error) {
 		if err != nil {
 			return "", err
 		}
-		switch c {
-		case '\n':
+		afterCR := p.afterCR
+		p.afterCR = false
+		switch {
+		case c == '\n' && afterCR && b.Len() == 0:
+			continue // the LF of a CRLF
+		case c == '\n':
 			return b.String(), nil
-		case '\r':
-			if next, err := p.r.Peek(1); err == nil && next[0] == '\n' {
-				_, _ = p.r.ReadByte()
-			}
+		case c == '\r':
+			p.afterCR = true
 			return b.String(), nil
 		}
 		if b.Len() >= maxSSELine {
