@@ -25,9 +25,12 @@ type Tenant struct {
 	MaxQueued       int             `json:"max_queued"`
 	MaxRunning      int             `json:"max_running"`
 	MaxPayloadBytes int             `json:"max_payload_bytes"`
-	Disabled        bool            `json:"disabled"`
-	DisabledAt      *time.Time      `json:"disabled_at"`
-	CreatedAt       time.Time       `json:"created_at"`
+	// MaxQueues and MaxWebhookEndpoints are 0 when the service defaults apply.
+	MaxQueues           int        `json:"max_queues"`
+	MaxWebhookEndpoints int        `json:"max_webhook_endpoints"`
+	Disabled            bool       `json:"disabled"`
+	DisabledAt          *time.Time `json:"disabled_at"`
+	CreatedAt           time.Time  `json:"created_at"`
 }
 
 // APIKey is an API key's metadata; Key (the plain key) is set only in the
@@ -45,6 +48,7 @@ func tenantResource(t auth.Tenant) Tenant {
 	return Tenant{
 		ID: t.ID, Name: t.Name, Weight: t.Weight, RateLimit: t.Settings.RateLimit,
 		MaxQueued: t.Settings.MaxQueued, MaxRunning: t.Settings.MaxRunning, MaxPayloadBytes: t.Settings.MaxPayloadBytes,
+		MaxQueues: t.Settings.MaxQueues, MaxWebhookEndpoints: t.Settings.MaxWebhookEndpoints,
 		Disabled: t.DisabledAt != nil, DisabledAt: t.DisabledAt, CreatedAt: t.CreatedAt,
 	}
 }
@@ -54,17 +58,20 @@ func keyResource(k auth.Key) APIKey {
 }
 
 // tenantRequest is the body of POST and PATCH /v1/admin/tenants: absent
-// fields are left as they are (PATCH) or default (POST); 0 clears a limit
+// fields are left as they are (PATCH) or default (POST); 0 clears a
+// tenant-specific limit (the service's default applies where it has one)
 // and rate_limit null removes the rate limit.
 type tenantRequest struct {
-	ID              *string      `json:"id"`
-	Name            *string      `json:"name"`
-	Weight          *int         `json:"weight"`
-	RateLimit       optRateLimit `json:"rate_limit"`
-	MaxQueued       *int         `json:"max_queued"`
-	MaxRunning      *int         `json:"max_running"`
-	MaxPayloadBytes *int         `json:"max_payload_bytes"`
-	Disabled        *bool        `json:"disabled"`
+	ID                  *string      `json:"id"`
+	Name                *string      `json:"name"`
+	Weight              *int         `json:"weight"`
+	RateLimit           optRateLimit `json:"rate_limit"`
+	MaxQueued           *int         `json:"max_queued"`
+	MaxRunning          *int         `json:"max_running"`
+	MaxPayloadBytes     *int         `json:"max_payload_bytes"`
+	MaxQueues           *int         `json:"max_queues"`
+	MaxWebhookEndpoints *int         `json:"max_webhook_endpoints"`
+	Disabled            *bool        `json:"disabled"`
 }
 
 // optRateLimit tells an absent rate_limit from an explicit null.
@@ -94,6 +101,10 @@ var tenantIDPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
 const (
 	maxWeight    = 1000
 	maxRateLimit = 1_000_000
+	// maxQueuesLimit: the scheduler visits every live queue of an active
+	// tenant on each dispatch step.
+	maxQueuesLimit           = 10_000
+	maxWebhookEndpointsLimit = 10_000
 )
 
 // apply validates r and folds it into settings, collecting field errors.
@@ -103,7 +114,7 @@ func (r tenantRequest) apply(st *auth.Settings, maxPayload int, bad map[string]s
 			return
 		}
 		if *v < 0 || *v > hi {
-			bad[name] = fmt.Sprintf("must be between 0 (no limit) and %d", hi)
+			bad[name] = fmt.Sprintf("must be between 0 (the default) and %d", hi)
 			return
 		}
 		*dst = *v
@@ -126,6 +137,8 @@ func (r tenantRequest) apply(st *auth.Settings, maxPayload int, bad map[string]s
 		}
 	}
 	nonNeg("max_queued", r.MaxQueued, &st.MaxQueued, 1<<31-1)
+	nonNeg("max_queues", r.MaxQueues, &st.MaxQueues, maxQueuesLimit)
+	nonNeg("max_webhook_endpoints", r.MaxWebhookEndpoints, &st.MaxWebhookEndpoints, maxWebhookEndpointsLimit)
 	nonNeg("max_running", r.MaxRunning, &st.MaxRunning, 1<<31-1)
 	nonNeg("max_payload_bytes", r.MaxPayloadBytes, &st.MaxPayloadBytes, maxPayload)
 }

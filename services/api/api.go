@@ -100,8 +100,22 @@ type Config struct {
 	// TenantCacheTTL is how long a tenant's settings are cached. Defaults to 1s.
 	TenantCacheTTL time.Duration
 	// CountsCacheTTL is how long a tenant's unfinished-job counts (for
-	// max_queued) are cached. Defaults to 1s.
+	// max_queued) and live queues (for max_queues) are cached. Defaults to 1s.
 	CountsCacheTTL time.Duration
+	// DefaultMaxQueued is max_queued for tenants without their own: a
+	// tenant's jobs waiting to run, each held in Redis until it runs.
+	// Defaults to 100000.
+	DefaultMaxQueued int
+	// DefaultMaxQueues is max_queues for tenants without their own: the
+	// distinct queues with unfinished jobs a tenant may have, each a set the
+	// scheduler visits on every dispatch step. Defaults to 100.
+	DefaultMaxQueues int
+	// JobRetention is how long a finished job (succeeded, dead, cancelled)
+	// stays in the status projection. Defaults to 720h.
+	JobRetention time.Duration
+	// RetentionInterval is how often finished jobs past JobRetention are
+	// deleted. Defaults to 1m.
+	RetentionInterval time.Duration
 	// Now is the clock. Defaults to time.Now.
 	Now func() time.Time
 }
@@ -118,6 +132,10 @@ func (c Config) WithDefaults() Config {
 	config.Default(&c.ProjectionBatch, 2000)
 	config.Default(&c.TenantCacheTTL, time.Second)
 	config.Default(&c.CountsCacheTTL, time.Second)
+	config.Default(&c.DefaultMaxQueued, 100_000)
+	config.Default(&c.DefaultMaxQueues, 100)
+	config.Default(&c.JobRetention, 720*time.Hour)
+	config.Default(&c.RetentionInterval, time.Minute)
 	if c.Now == nil {
 		c.Now = time.Now
 	}
@@ -153,6 +171,12 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("FERRY_API_MAX_ATTEMPTS_TYPES: %s=%d: must be between 1 and %d", typ, n, submit.MaxMaxAttempts))
 		}
 	}
+	if c.JobRetention < time.Hour {
+		errs = append(errs, errors.New("FERRY_JOB_RETENTION must be at least 1h"))
+	}
+	if c.DefaultMaxQueued < 1 || c.DefaultMaxQueues < 1 {
+		errs = append(errs, errors.New("FERRY_API_DEFAULT_MAX_QUEUED and FERRY_API_DEFAULT_MAX_QUEUES must be positive"))
+	}
 	if c.MaxBatchJobs < 1 || c.ProjectionBatch < 1 {
 		errs = append(errs, errors.New("api: MaxBatchJobs and ProjectionBatch must be positive"))
 	}
@@ -168,6 +192,9 @@ func LoadConfig(l *config.Loader) Config {
 		MaxPayloadBytes:     l.Int("FERRY_API_MAX_PAYLOAD_BYTES"),
 		MaxDelay:            l.Duration("FERRY_API_MAX_DELAY"),
 		MaxAttemptsByType:   l.IntMap("FERRY_API_MAX_ATTEMPTS_TYPES"),
+		DefaultMaxQueued:    l.Int("FERRY_API_DEFAULT_MAX_QUEUED"),
+		DefaultMaxQueues:    l.Int("FERRY_API_DEFAULT_MAX_QUEUES"),
+		JobRetention:        l.Duration("FERRY_JOB_RETENTION"),
 	}
 }
 
@@ -198,6 +225,7 @@ type Service struct {
 	idem    *idem.Store
 	tenants *auth.TenantCache
 	counts  *limits.Counter[store.Counts]
+	queues  *limits.Queues
 }
 
 var _ service.Component = (*Service)(nil)
@@ -228,6 +256,7 @@ func New(deps *service.Deps, cfg Config) (*Service, error) {
 		idem:    idem.New(deps.Redis, cfg.IdempotencyTTL, cfg.IdempotencyClaimTTL, cfg.SubmittedTTL),
 		tenants: auth.NewTenantCache(deps.Postgres, cfg.TenantCacheTTL),
 		counts:  limits.NewCounter(cfg.CountsCacheTTL, st.TenantCounts),
+		queues:  limits.NewQueues(cfg.CountsCacheTTL, time.Minute, st.TenantQueues),
 	}, nil
 }
 
@@ -258,8 +287,13 @@ func (s *Service) Routes(r chi.Router) {
 	})
 }
 
-// Run runs the status projection until ctx is done.
+// Run runs the status projection, and the retention of finished jobs,
+// until ctx is done.
 func (s *Service) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	retained := make(chan struct{})
+	go func() { defer close(retained); s.retentionLoop(ctx) }() // limits.go
+	defer func() { cancel(); <-retained }()
 	return projection.Run(ctx, s.deps.Postgres, projection.Config{
 		Group:    "ferry-api-status",
 		Topics:   s.deps.Topics.LifecycleTopics(),

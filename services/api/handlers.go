@@ -341,13 +341,13 @@ func (s *Service) submit(ctx context.Context, settings auth.Settings, items []it
 
 	// Limits count the jobs this request would create; replays and rejected
 	// items cost nothing.
-	fresh := 0
+	var fresh []string // the queue of each job this request would create
 	for i := range items {
 		if out[i].err == nil && !skip[i] {
-			fresh++
+			fresh = append(fresh, accepted[i].Spec.Queue)
 		}
 	}
-	if fresh > 0 {
+	if len(fresh) > 0 {
 		if err := s.checkLimits(ctx, tenant, settings, fresh); err != nil {
 			_ = s.idem.Release(context.WithoutCancel(ctx), tenant, owned)
 			return nil, err

@@ -336,3 +336,52 @@ func TestTenantPayloadLimit(t *testing.T) {
 		}
 	}
 }
+
+// TestDefaultLimits: a tenant without settings is bounded by the service's
+// default max_queued and max_queues; a tenant's own settings override them;
+// a refused request creates nothing and others are unaffected.
+func TestDefaultLimits(t *testing.T) {
+	b := setup(t, api.Config{DefaultMaxQueued: 4, DefaultMaxQueues: 2})
+	plain := b.createTenant(t, `{"id":"plain","name":"Plain"}`)["api_key"].(string)
+	bigKey := b.createTenant(t, `{"id":"big2","name":"Big","max_queues":3,"max_queued":10}`)["api_key"].(string)
+	sub := func(key, queue string) resp {
+		return b.do(t, key, "POST", "/v1/jobs", `{"type":"noop","queue":"`+queue+`"}`)
+	}
+	for _, q := range []string{"a", "b", "a"} {
+		if r := sub(plain, q); r.Status != 202 {
+			t.Fatalf("queue %s: %d %s", q, r.Status, r.Raw)
+		}
+	}
+	r := sub(plain, "c")
+	if r.Status != 429 || r.ErrorCode() != "too_many_queues" {
+		t.Fatalf("third queue past the default max_queues: %d %s", r.Status, r.Raw)
+	}
+	// A batch that would add two names is refused whole.
+	r = b.do(t, bigKey, "POST", "/v1/jobs/batch", `{"jobs":[{"type":"noop","queue":"x"},{"type":"noop","queue":"y"},{"type":"noop","queue":"z"},{"type":"noop","queue":"w"}]}`)
+	if r.Status != 429 || r.ErrorCode() != "too_many_queues" {
+		t.Fatalf("batch of 4 queues past max_queues 3: %d %s", r.Status, r.Raw)
+	}
+	for _, q := range []string{"x", "y", "z"} {
+		if r := sub(bigKey, q); r.Status != 202 {
+			t.Fatalf("own max_queues 3, queue %s: %d %s", q, r.Status, r.Raw)
+		}
+	}
+	// Known queues still take jobs, up to the default max_queued.
+	if r := sub(plain, "b"); r.Status != 202 {
+		t.Fatalf("fourth job: %d %s", r.Status, r.Raw)
+	}
+	if r := sub(plain, "b"); r.Status != 429 || r.ErrorCode() != "tenant_queue_full" {
+		t.Fatalf("fifth job past the default max_queued: %d %s", r.Status, r.Raw)
+	}
+	b.projected(t, plain, 4)
+	if r := b.do(t, b.keyA, "POST", "/v1/jobs", `{"type":"noop","queue":"other"}`); r.Status != 202 {
+		t.Fatalf("other tenant: %d %s", r.Status, r.Raw)
+	}
+	got := b.do(t, adminKey, "GET", "/v1/admin/tenants/big2", nil)
+	if got.Body["max_queues"] != float64(3) || got.Body["max_webhook_endpoints"] != float64(0) {
+		t.Fatalf("tenant resource: %s", got.Raw)
+	}
+	if r := b.do(t, adminKey, "PATCH", "/v1/admin/tenants/big2", `{"max_queues":-1}`); r.Status != 422 || fieldsOf(r)["max_queues"] == nil {
+		t.Fatalf("negative max_queues: %d %s", r.Status, r.Raw)
+	}
+}

@@ -150,11 +150,12 @@ func (s *Store) Apply(ctx context.Context, tx pgx.Tx, recs []*kgo.Record) error 
 	}
 	var writes []Job
 	deltas := map[string]*countDelta{}
+	qdeltas := map[queueKey]*countDelta{}
 	for _, k := range order {
 		j, found := existing[k]
-		before := ""
+		before, queueBefore := "", ""
 		if found {
-			before = string(j.Status())
+			before, queueBefore = string(j.Status()), j.Queue
 		}
 		changed := false
 		for _, ev := range byJob[k] {
@@ -176,6 +177,8 @@ func (s *Store) Apply(ctx context.Context, tx pgx.Tx, recs []*kgo.Record) error 
 		}
 		d.add(before, -1)
 		d.add(string(j.Status()), +1)
+		addQueueDelta(qdeltas, queueKey{j.TenantID, queueBefore}, before, -1)
+		addQueueDelta(qdeltas, queueKey{j.TenantID, j.Queue}, string(j.Status()), +1)
 	}
 	if len(writes) == 0 {
 		return nil
@@ -190,7 +193,10 @@ func (s *Store) Apply(ctx context.Context, tx pgx.Tx, recs []*kgo.Record) error 
 	}
 	// Last, so the counter rows are locked for the shortest time; tenants in
 	// a fixed order so two projection transactions never deadlock.
-	return applyCounts(ctx, tx, deltas)
+	if err := applyCounts(ctx, tx, deltas); err != nil {
+		return err
+	}
+	return applyQueueCounts(ctx, tx, qdeltas)
 }
 
 // countDelta is the change of one tenant's tenant_job_counts row.

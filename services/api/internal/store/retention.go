@@ -1,0 +1,42 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// DeleteFinished deletes up to limit finished jobs (succeeded, dead,
+// cancelled) whose finished_at is before cutoff, oldest first, and returns
+// how many it deleted. One call is one short statement over the
+// jobs_finished index, so the retention loop never holds locks for long
+// and stops when a call deletes fewer than limit.
+//
+// A deleted job is gone for reads (404) and for the durable idempotency
+// backstop: a key older than the retention (and past its Redis TTL) is
+// free again. Events of a finished job cannot arrive after the retention
+// as long as it exceeds the topics' retention.
+func (s *Store) DeleteFinished(ctx context.Context, cutoff time.Time, limit int) (int64, error) {
+	tag, err := s.pool.Exec(ctx, `DELETE FROM jobs WHERE (tenant_id, id) IN (
+		SELECT tenant_id, id FROM jobs
+		WHERE status IN ('succeeded', 'dead', 'cancelled') AND finished_at < $1
+		ORDER BY finished_at LIMIT $2)`, cutoff, limit)
+	if err != nil {
+		return 0, fmt.Errorf("store: delete finished jobs: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// DeleteIdleQueues deletes up to limit tenant_queue_counts rows at zero
+// (queues without unfinished jobs), so the table follows the live queues.
+// A projection transaction that counts a job into such a queue meanwhile
+// re-creates or keeps the row (the delete re-checks the row it waited for).
+func (s *Store) DeleteIdleQueues(ctx context.Context, limit int) (int64, error) {
+	tag, err := s.pool.Exec(ctx, `DELETE FROM tenant_queue_counts WHERE (tenant_id, queue) IN (
+		SELECT tenant_id, queue FROM tenant_queue_counts WHERE pending = 0 AND running = 0 LIMIT $1)
+		AND pending = 0 AND running = 0`, limit)
+	if err != nil {
+		return 0, fmt.Errorf("store: delete idle queues: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}
