@@ -196,7 +196,8 @@ func TestValidation(t *testing.T) {
 		{`{"type":"x","queue":"Not Valid"}`, 422, "validation_failed", "queue"},
 		{`{"type":"x","delay":"1s","run_at":"2030-01-01T00:00:00Z"}`, 422, "validation_failed", "run_at"},
 		{`{"type":"x","run_at":"2000-01-01T00:00:00Z"}`, 422, "validation_failed", "run_at"},
-		{`{"type":"x","delay":"9000h"}`, 422, "validation_failed", "delay"},
+		{`{"type":"x","delay":"9000h"}`, 422, "run_at_too_far", "delay"}, // beyond FERRY_API_MAX_DELAY
+		{`{"type":"x","delay":"145h"}`, 422, "run_at_too_far", "delay"},
 		{`{"type":"x","timeout":"0s"}`, 422, "validation_failed", "timeout"},
 		{`{"type":"x","pool":"huge"}`, 422, "validation_failed", "pool"},
 		{`{"type":"x","max_attempts":101}`, 422, "validation_failed", "max_attempts"},
