@@ -109,6 +109,24 @@ func SanitizeText(s string, max int) string {
 	return s
 }
 
+// EventText is SanitizeText whose bound applies to s as it travels in an
+// event: its JSON encoding ('<' is 6 bytes, a control character up to 6)
+// is at most limit bytes, quotes included. Texts repeated in every retry and
+// dlq event (error messages) use it, so a history stays within
+// MaxRecordBytes whatever the messages hold.
+func EventText(s string, limit int) string {
+	s = SanitizeText(s, limit)
+	for {
+		enc, _ := json.Marshal(s)
+		over := len(enc) - limit
+		if over <= 0 || s == "" {
+			return s
+		}
+		// Each byte cut removes at least one encoded byte.
+		s = SanitizeText(strings.TrimSuffix(s, "…"), max(len(s)-len("…")-over, 1))
+	}
+}
+
 // UnstorableJSONError says where a JSON document holds a value jsonb cannot
 // store. It wraps ErrUnstorable.
 type UnstorableJSONError struct {

@@ -166,3 +166,17 @@ func FuzzStorableJSON(f *testing.F) {
 		}
 	})
 }
+
+// TestEventText: the bound holds on the encoded text, whatever it holds.
+func TestEventText(t *testing.T) {
+	for _, s := range []string{strings.Repeat("<", 5000), strings.Repeat("\x01", 5000), strings.Repeat("é\x00", 3000), "short <b>", ""} {
+		got := EventText(s, 1000)
+		enc, _ := json.Marshal(got)
+		if len(enc) > 1000 || CheckText(got) != nil {
+			t.Errorf("EventText(%.20q…) encodes to %d bytes: %.40q", s, len(enc), got)
+		}
+		if len(s) < 100 && got != SanitizeText(s, 0) {
+			t.Errorf("a short text changed: %q → %q", s, got)
+		}
+	}
+}

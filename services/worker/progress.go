@@ -31,7 +31,7 @@ func (s *Service) startReporter(ctx context.Context, d schema.Dispatch) *reporte
 // report records a progress report; the message is made storable text
 // (valid UTF-8, no NUL, at most maxProgressMessage bytes).
 func (r *reporter) report(percent float64, message string) {
-	message = schema.SanitizeText(message, maxProgressMessage)
+	message = schema.EventText(message, maxProgressMessage)
 	r.mu.Lock()
 	r.percent, r.message, r.dirty = percent, message, true
 	r.mu.Unlock()

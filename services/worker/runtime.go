@@ -34,9 +34,9 @@ var (
 // terminalTimeout bounds the wait for a completed/failed acknowledgement.
 const terminalTimeout = 30 * time.Second
 
-// Bounds of the text a handler puts into events (after sanitizing: valid
-// UTF-8, no NUL). Error messages travel again in every retry and the dlq
-// event's history, so they stay short.
+// Bounds of the text a handler puts into events, as JSON-encoded in the
+// event (schema.EventText: valid UTF-8, no NUL). Error messages travel
+// again in every retry and the dlq event's history, so they stay short.
 const (
 	maxErrorMessage    = 4096
 	maxProgressMessage = 1024
@@ -650,7 +650,7 @@ func storableResult(b []byte, log *slog.Logger) []byte {
 // text here, whatever built it.
 func (s *Service) finish(ctx context.Context, r *run, data schema.Lifecycle, completed bool, log *slog.Logger) {
 	if f, ok := data.(*schema.Failed); ok {
-		f.Error.Message = schema.SanitizeText(f.Error.Message, maxErrorMessage)
+		f.Error.Message = schema.EventText(f.Error.Message, maxErrorMessage)
 	}
 	s.mu.Lock()
 	skip := r.abandoned

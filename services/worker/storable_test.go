@@ -27,6 +27,9 @@ func TestHandlerOutputIsStorable(t *testing.T) {
 		r.Register("nul-error", func(context.Context, *worker.Job) (any, error) {
 			return nil, errors.New("bad\x00\xff" + strings.Repeat("é", 5000))
 		})
+		r.Register("html-error", func(context.Context, *worker.Job) (any, error) {
+			return nil, errors.New(strings.Repeat("<", 5000))
+		})
 		r.Register("nul-progress", func(_ context.Context, job *worker.Job) (any, error) {
 			job.Progress(50, "half\x00way\xff"+strings.Repeat("x", 5000))
 			return nil, nil
@@ -47,6 +50,13 @@ func TestHandlerOutputIsStorable(t *testing.T) {
 	f := b.failed(b.dispatch("nul-error", nil))
 	if err := schema.CheckText(f.Error.Message); err != nil || len(f.Error.Message) > 4096+len("…") || !strings.HasPrefix(f.Error.Message, "bad\uFFFD\uFFFD") {
 		t.Errorf("error message (%d bytes) %.40q: %v", len(f.Error.Message), f.Error.Message, err)
+	}
+
+	// The bound holds on the message as encoded ('<' is 6 bytes): it is
+	// repeated in every retry's and the dlq event's history.
+	f = b.failed(b.dispatch("html-error", nil))
+	if enc, _ := json.Marshal(f.Error.Message); len(enc) > 4096 {
+		t.Errorf("error message encodes to %d bytes", len(enc))
 	}
 
 	d := b.dispatch("nul-progress", nil)
