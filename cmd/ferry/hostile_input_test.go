@@ -70,8 +70,15 @@ func TestHostileInputText(t *testing.T) {
 	wantField(t, "webhook filter", code, out, http.StatusUnprocessableEntity, "validation_failed", "filter.queue")
 	code, out = e.as("admin-e2e").call("POST", "/v1/admin/tenants", `{"id":"nul-name","name":"a\u0000b"}`)
 	wantField(t, "tenant name", code, out, http.StatusUnprocessableEntity, "validation_failed", "name")
-	code, out = e.call("GET", "/v1/dlq?type="+url.QueryEscape("a\x00b"), nil)
-	wantError(t, "dlq filter", code, out, http.StatusBadRequest, "invalid_filter")
+	// Query parameters and path ids reach Postgres as arguments: refused at
+	// the router of every service.
+	for _, path := range []string{"/v1/dlq?type=" + url.QueryEscape("a\x00b"), "/v1/jobs?tag=" + url.QueryEscape("a\x00b"),
+		"/v1/jobs?type=%ff", "/v1/jobs/job_" + url.PathEscape("\x00"), "/v1/events?type=" + url.QueryEscape("\x00")} {
+		code, out = e.call("GET", path, nil)
+		wantError(t, "GET "+path, code, out, http.StatusBadRequest, "invalid_parameter")
+	}
+	code, out = e.call("POST", "/v1/queues/"+url.PathEscape("q\x00")+"/pause", nil)
+	wantError(t, "pause a NUL queue", code, out, http.StatusBadRequest, "invalid_parameter")
 
 	e.othersUnaffected(t)
 }

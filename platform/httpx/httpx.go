@@ -18,6 +18,8 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/go-chi/chi/v5/middleware"
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+
+	"github.com/ferryhq/ferry/events/schema"
 )
 
 // Error is an API error with a stable machine-readable code.
@@ -118,7 +120,7 @@ type Check struct {
 // (otelhttp) and /healthz, /readyz (every check must pass) and /metrics.
 func NewRouter(service string, checks []Check, metrics http.Handler) chi.Router {
 	r := chi.NewRouter()
-	r.Use(middleware.RequestID, echoRequestID, middleware.Recoverer, func(next http.Handler) http.Handler {
+	r.Use(middleware.RequestID, echoRequestID, middleware.Recoverer, storableURL, func(next http.Handler) http.Handler {
 		return otelhttp.NewHandler(next, service, otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string {
 			return r.Method + " " + r.URL.Path
 		}))
@@ -147,6 +149,31 @@ func NewRouter(service string, checks []Check, metrics http.Handler) chi.Router 
 		WriteError(w, r, Errorf(http.StatusMethodNotAllowed, "method_not_allowed", "%s is not allowed on %s", r.Method, r.URL.Path))
 	})
 	return r
+}
+
+// storableURL refuses, for every route of every service, a request whose
+// path or query parameters hold a NUL or invalid UTF-8 (400
+// invalid_parameter): such a value would reach Postgres as a query argument
+// of a list filter or a path id and fail there as a 500. The rule is
+// schema.CheckText, the one every stored text obeys.
+func storableURL(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := schema.CheckText(r.URL.Path); err != nil {
+			WriteError(w, r, Errorf(http.StatusBadRequest, "invalid_parameter", "the path %s", schema.FieldMessage(err)))
+			return
+		}
+		for name, values := range r.URL.Query() {
+			for _, v := range append([]string{name}, values...) {
+				if err := schema.CheckText(v); err != nil {
+					e := Errorf(http.StatusBadRequest, "invalid_parameter", "query parameter %s", schema.FieldMessage(err))
+					e.Fields = map[string]string{schema.SanitizeText(name, 64): schema.FieldMessage(err)}
+					WriteError(w, r, e)
+					return
+				}
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // echoRequestID returns the request id to the client as X-Request-Id.
