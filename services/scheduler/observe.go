@@ -36,44 +36,12 @@ const gaugeMaxAge = time.Second
 // gaugeMaxInflight bounds the in-flight jobs a snapshot inspects per pool.
 const gaugeMaxInflight = 20000
 
-// maxQueueLabels bounds the distinct queue names the scheduler's counters
-// carry as the queue label over the process's life: OpenTelemetry keeps
-// every series of a cumulative counter, and queue names come from clients.
-// Names beyond the bound are counted under overflowQueue.
-const maxQueueLabels = 1000
-
-// overflowQueue is the queue label of names past maxQueueLabels.
-const overflowQueue = "_other"
-
-// queueLabels hands out queue label values, at most max distinct ones.
-type queueLabels struct {
-	mu   sync.Mutex
-	max  int
-	seen map[string]struct{}
-}
-
-// label is q while q is among the first max names seen, else overflowQueue.
-func (l *queueLabels) label(q string) string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if _, ok := l.seen[q]; ok {
-		return q
-	}
-	if len(l.seen) >= l.max {
-		return overflowQueue
-	}
-	if l.seen == nil {
-		l.seen = map[string]struct{}{}
-	}
-	l.seen[q] = struct{}{}
-	return q
-}
-
-// counterQueues are the queue labels of the scheduler's counters.
-var counterQueues = &queueLabels{max: maxQueueLabels}
+// counterQueues are the queue labels of the scheduler's counters: queue
+// names come from clients, so they are bounded (telemetry.LabelValues).
+var counterQueues = telemetry.NewLabelValues(telemetry.MaxLabelValues)
 
 // queueOf is the queue label of t's job.
-func queueOf(t qstore.Template) string { return counterQueues.label(qstore.QueueOf(t.Job)) }
+func queueOf(t qstore.Template) string { return counterQueues.Value(qstore.QueueOf(t.Job)) }
 
 type jobKey struct{ pool, queue, tenant string }
 type classKey struct {

@@ -66,6 +66,13 @@ var metrics = sync.OnceValue(func() *instruments {
 	}
 })
 
+// Queue names and job types come from clients: their metric labels are
+// bounded (telemetry.LabelValues); span attributes keep the real names.
+var (
+	queueLabels = telemetry.NewLabelValues(telemetry.MaxLabelValues)
+	typeLabels  = telemetry.NewLabelValues(telemetry.MaxLabelValues)
+)
+
 func queueOf(d schema.Dispatch) string {
 	if d.Job.Queue == "" {
 		return "default"
@@ -79,7 +86,7 @@ func queueOf(d schema.Dispatch) string {
 func (s *Service) startHandlerSpan(ctx context.Context, d schema.Dispatch, startedAt time.Time) (context.Context, trace.Span) {
 	m := metrics()
 	if !d.ReadyAt.IsZero() {
-		m.latency.Record(ctx, max(startedAt.Sub(d.ReadyAt).Seconds(), 0), m.byTenant.Get(latencyKey{s.cfg.Pool, queueOf(d), d.TenantID}))
+		m.latency.Record(ctx, max(startedAt.Sub(d.ReadyAt).Seconds(), 0), m.byTenant.Get(latencyKey{s.cfg.Pool, queueLabels.Value(queueOf(d)), d.TenantID}))
 	}
 	ctx, span := m.tracer.Start(ctx, "handler "+d.Job.Type, trace.WithSpanKind(trace.SpanKindInternal))
 	if span.IsRecording() {
@@ -99,7 +106,7 @@ func (s *Service) startHandlerSpan(ctx context.Context, d schema.Dispatch, start
 func (s *Service) endHandler(span trace.Span, d schema.Dispatch, startedAt, finishedAt time.Time, herr, cause error) {
 	outcome := outcomeOf(herr, cause)
 	m := metrics()
-	a := m.byOutcome.Get(outcomeKey{s.cfg.Pool, queueOf(d), d.Job.Type, outcome})
+	a := m.byOutcome.Get(outcomeKey{s.cfg.Pool, queueLabels.Value(queueOf(d)), typeLabels.Value(d.Job.Type), outcome})
 	m.duration.Record(context.Background(), finishedAt.Sub(startedAt).Seconds(), a)
 	m.attempts.Record(context.Background(), float64(d.Attempt), a)
 	if span.IsRecording() {
