@@ -145,4 +145,3 @@ func TestRedirectToZonedRefused(t *testing.T) {
 		t.Fatalf("the [::1] listener saw %d requests", n)
 	}
 }
-
