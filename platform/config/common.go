@@ -36,6 +36,8 @@ type Common struct {
 	// PostgresMaxConns bounds each pool. Defaults to 16.
 	PostgresMaxConns int
 	RedisURL         string
+	// Redis is ACL credentials, TLS and Sentinel for Redis.
+	Redis RedisOptions
 	// AdminKey authorises operator routes; empty disables them.
 	AdminKey string
 	// OutboundAllow are CIDRs outbound HTTP may reach despite the SSRF guard.
@@ -66,6 +68,7 @@ func LoadCommon(l *Loader) Common {
 		PostgresURL:      l.String("FERRY_POSTGRES_URL"),
 		PostgresMaxConns: l.Int("FERRY_POSTGRES_MAX_CONNS"),
 		RedisURL:         l.String("FERRY_REDIS_URL"),
+		Redis:            LoadRedisOptions(l),
 		AdminKey:         l.String("FERRY_ADMIN_KEY"),
 		OutboundAllow:    l.Prefixes("FERRY_OUTBOUND_ALLOW"),
 		ShutdownTimeout:  l.Duration("FERRY_SHUTDOWN_TIMEOUT"),
@@ -90,6 +93,6 @@ func (c Common) Validate() error {
 	if c.PostgresMaxConns < 1 {
 		errs = append(errs, errors.New("FERRY_POSTGRES_MAX_CONNS must be ≥ 1"))
 	}
-	errs = append(errs, c.KafkaSecurity.Validate(), c.validateTopicDurability())
+	errs = append(errs, c.KafkaSecurity.Validate(), c.validateTopicDurability(), c.Redis.Validate())
 	return errors.Join(errs...)
 }

@@ -90,7 +90,7 @@ func Open(ctx context.Context, c config.Common, logger *slog.Logger, needs Needs
 		d.Keys = auth.NewKeyStore(pool, 0)
 	}
 	if needs.Redis {
-		rdb, err := redisx.Open(ctx, c.RedisURL)
+		rdb, err := redisx.Connect(ctx, c.RedisURL, c.Redis)
 		if err != nil {
 			return fail(err)
 		}
