@@ -20,7 +20,7 @@ import (
 // finished, the scheduler's queue index is back to the live queues and new
 // names are accepted again.
 func TestHostileQueueNameFlood(t *testing.T) {
-	e := startStack(t, map[string]string{"FERRY_API_DEFAULT_MAX_QUEUES": "100"})
+	e := startStack(t, map[string]string{"FERRY_API_DEFAULT_MAX_QUEUES": "100", "FERRY_SCHEDULER_QUEUE_IDLE": "300ms"})
 	a := e.adminTenant("flooder")
 	// One batch naming 1000 queues is refused whole.
 	var flood []map[string]any

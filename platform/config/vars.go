@@ -39,6 +39,7 @@ var Vars = []Var{
 	{"FERRY_KAFKA_SASL_TOKEN_FILE", "", "File holding the OAUTHBEARER token, re-read at each authentication (a sidecar keeps it fresh)."},
 	{"FERRY_POSTGRES_URL", "", "Postgres connection URL. Unset in `ferry dev`: a local Postgres is started under FERRY_DATA_DIR."},
 	{"FERRY_POSTGRES_MAX_CONNS", "16", "Maximum connections in each service's Postgres pool."},
+	{"FERRY_POSTGRES_MIGRATE", "true", "Apply schema migrations at start. false: only check they are applied (by `ferry migrate up` as the schema owner) and refuse to start if not, so services can run as a role without DDL rights."},
 	{"FERRY_REDIS_URL", "", "Redis URL. Unset in `ferry dev`: a local Redis is started under FERRY_DATA_DIR."},
 	{"FERRY_REDIS_USERNAME", "", "Redis ACL user. Unset: the user in FERRY_REDIS_URL, if any, else `default`."},
 	{"FERRY_REDIS_PASSWORD", "", "Redis ACL password (overrides one in FERRY_REDIS_URL). Prefer FERRY_REDIS_PASSWORD_FILE; never logged."},
@@ -80,6 +81,7 @@ var Vars = []Var{
 	{"FERRY_API_DEFAULT_MAX_QUEUED", "100000", "max_queued of tenants without their own: jobs waiting to run (each held in Redis); past it submissions get 429 tenant_queue_full."},
 	{"FERRY_API_DEFAULT_MAX_QUEUES", "100", "max_queues of tenants without their own: distinct queues with unfinished jobs; a job in a new queue past it gets 429 too_many_queues."},
 	{"FERRY_JOB_RETENTION", "720h", "How long a finished job (succeeded, dead, cancelled) stays in the status projection (GET /v1/jobs/{id}, the durable idempotency backstop); older ones are deleted in batches. At least 1h."},
+	{"FERRY_HTTP_SIGNING_SECRET_GRACE", "24h", "After POST /v1/http-signing/secret/rotate, how long the tenant's old secret keeps signing its http jobs' requests alongside the new one."},
 
 	// scheduler.
 	{"FERRY_SCHEDULER_LEASE", "30s", "Lease a dispatched job holds; started and progress events extend it."},
@@ -90,6 +92,7 @@ var Vars = []Var{
 	{"FERRY_SCHEDULER_RETRY_BASE", "1s", "First retry backoff of app_error/retryable/timeout failures: min(base·2^(n-1), max) ±25 % jitter. A job's backoff overrides it."},
 	{"FERRY_SCHEDULER_RETRY_MAX", "10m", "Cap of the exponential retry backoff. A job's backoff overrides it."},
 	{"FERRY_SCHEDULER_RETRY_TYPES", "", "Per job type retry backoff, comma-separated type=base/max (e.g. email.send=5s/1h); between the scheduler defaults and a job's own backoff."},
+	{"FERRY_SCHEDULER_QUEUE_IDLE", "1m", "How long an empty queue stays in the scheduler's indexes, GET /v1/queues and the queue gauges; empty queues are swept this often and leave on the second sweep that finds them empty."},
 	{"FERRY_SCHEDULER_CHECKPOINT_INTERVAL", "1s", "How often the scheduler stamps a checkpoint in Redis and Postgres; a Redis whose checkpoint is behind Postgres's went back in time (restored or failed over) and is rebuilt from the log."},
 
 	// sse-bridge.
@@ -101,7 +104,7 @@ var Vars = []Var{
 	{"FERRY_SSE_ORDER_HOLD", "3s", "Longest an SSE event waits for its predecessor (completed for started, started for enqueued) when topics deliver them out of order; negative disables."},
 
 	// webhooks.
-	{"FERRY_SECRET_KEY", "", "Base64 of 32 random bytes (`openssl rand -base64 32`): the AES-256-GCM key that encrypts webhook signing secrets at rest. Unset: a key is generated once into FERRY_DATA_DIR/secret-key (dev only; set it in production, and keep it: losing it makes stored secrets unreadable)."},
+	{"FERRY_SECRET_KEY", "", "Base64 of 32 random bytes (`openssl rand -base64 32`): the AES-256-GCM key that encrypts webhook and http-job signing secrets at rest; the api, every worker and webhooks need the same key. Unset: a key is generated once into FERRY_DATA_DIR/secret-key (dev only; set it in production, and keep it: losing it makes stored secrets unreadable)."},
 	{"FERRY_WEBHOOKS_TIMEOUT", "10s", "Timeout of one webhook delivery request (connect, headers and bounded body read)."},
 	{"FERRY_WEBHOOKS_BACKOFF", "5s,30s,2m,10m,30m,1h,2h,4h,8h", "Waits before each webhook retry (±20 % jitter); a delivery fails for good after one attempt more than this list is long."},
 	{"FERRY_WEBHOOKS_CONCURRENCY", "64", "Webhook requests in flight at once per webhooks replica."},

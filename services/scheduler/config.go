@@ -70,6 +70,11 @@ type Config struct {
 	// CheckpointInterval is how often the checkpoint that detects a Redis
 	// gone back in time is stamped and checked (checkpoint.go). Defaults to 1s.
 	CheckpointInterval time.Duration
+	// QueueIdle is how long a queue stays in the scheduler's indexes (and in
+	// GET /v1/queues and the gauges) after it was last seen empty: empty
+	// queues are swept every QueueIdle and leave on the second sweep that
+	// finds them empty (prune.go). Defaults to 1m.
+	QueueIdle time.Duration
 	// SettingsRefresh is how often the tenants' weights and max_running and
 	// the paused queues are copied from Postgres into Redis. Defaults to 2s.
 	SettingsRefresh time.Duration
@@ -129,6 +134,7 @@ func (c Config) WithDefaults() Config {
 		c.EpochCheck = time.Second
 	}
 	config.Default(&c.CheckpointInterval, time.Second)
+	config.Default(&c.QueueIdle, time.Minute)
 	if c.SettingsRefresh <= 0 {
 		c.SettingsRefresh = 2 * time.Second
 	}
@@ -203,5 +209,6 @@ func LoadConfig(l *config.Loader) (Config, error) {
 		RetryMax:           l.Duration("FERRY_SCHEDULER_RETRY_MAX"),
 		RetryTypes:         types,
 		CheckpointInterval: l.Duration("FERRY_SCHEDULER_CHECKPOINT_INTERVAL"),
+		QueueIdle:          l.Duration("FERRY_SCHEDULER_QUEUE_IDLE"),
 	}, err
 }

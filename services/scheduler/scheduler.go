@@ -143,6 +143,7 @@ func (s *Service) Run(ctx context.Context) error {
 	g.Go(func() error { return s.consume(gctx, cl) })
 	g.Go(func() error { return s.watchState(gctx) })
 	g.Go(func() error { return s.checkpointLoop(gctx) }) // partial Redis loss (checkpoint.go)
+	g.Go(func() error { return s.pruneLoop(gctx) })      // empty queues leave the indexes (prune.go)
 	g.Go(func() error { return s.syncLoop(gctx) })       // fair-share settings (tenants.go)
 	for _, p := range s.cfg.Pools {
 		g.Go(func() error { return s.dispatchLoop(gctx, p) })

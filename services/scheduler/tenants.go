@@ -16,9 +16,12 @@ import (
 //go:embed migrations/*.sql
 var migrations embed.FS
 
+// Migrations are the scheduler schema migrations; `ferry migrate` applies them.
+var Migrations = pgstore.Register("scheduler", migrations, "migrations")
+
 // Migrate applies the scheduler's migrations (the paused queues).
 func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
-	return pgstore.MigrateEmbedded(ctx, pool, "scheduler", migrations, "migrations")
+	return Migrations.Apply(ctx, pool)
 }
 
 // The fair share reads each tenant's weight and max_running, and the paused

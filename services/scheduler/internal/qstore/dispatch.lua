@@ -53,11 +53,9 @@ for _, id in ipairs(redis.call('ZRANGEBYSCORE', inflight, '-inf', now, 'LIMIT', 
 end
 
 -- 3. Due delayed jobs. A score is the due time rounded up to the ms, so
--- nothing is promoted early. A queue with neither ready nor delayed jobs
--- leaves the pool's index (fair_index puts it back with its next job), so
--- this loop, step 7 and the gauges cost what the live queues cost, not
--- every name ever used.
-local queues, live = redis.call('SMEMBERS', PP .. ':queues'), {}
+-- nothing is promoted early. Queues that stay empty leave the pool's index
+-- (prune.lua), so this loop costs what the live queues cost.
+local queues = redis.call('SMEMBERS', PP .. ':queues')
 for _, q in ipairs(queues) do
   local dk = P .. 'q:' .. q .. ':delayed'
   for _, id in ipairs(redis.call('ZRANGEBYSCORE', dk, '-inf', now, 'LIMIT', 0, 1000)) do
@@ -65,13 +63,7 @@ for _, q in ipairs(queues) do
     local jk = P .. 'job:' .. id
     if redis.call('HGET', jk, 'state') == 'delayed' then make_ready(jk, id, false) end
   end
-  if redis.call('ZCARD', dk) == 0 and redis.call('ZCARD', P .. 'q:' .. q .. ':ready') == 0 then
-    redis.call('SREM', PP .. ':queues', q)
-  else
-    live[#live + 1] = q
-  end
 end
-queues = live
 
 -- 4. Capacity. No live worker, no dispatch.
 local slots = 0
@@ -93,17 +85,6 @@ end
 -- tenant's best job (priority, then FIFO, across its queues) and charges it
 -- estimate / weight. At most FAIR_SCAN tenants (by virtual time) are
 -- considered per step.
--- prune_tq drops tenant t's queues that hold none of its jobs from its
--- index of the pool (fair_index puts one back with its next job); run when
--- the tenant leaves the active set, since inactive tenants are not scanned.
-local function prune_tq(t)
-  local tqk = PP .. ':tq:' .. t
-  for _, q in ipairs(redis.call('SMEMBERS', tqk)) do
-    local k = fair_tq(pool, q, t)
-    if redis.call('ZCARD', k) == 0 and redis.call('ZCARD', k .. ':delayed') == 0 then redis.call('SREM', tqk, q) end
-  end
-end
-
 local popped = 0
 if cap > 0 then
   local FAIR_SCAN = 512
@@ -129,10 +110,6 @@ if cap > 0 then
         if #r > 0 then
           heads[q] = {r[1], tonumber(r[2])}
           any = true
-        elseif redis.call('ZCARD', fair_tq(pool, q, t) .. ':delayed') == 0 then
-          -- Nothing of the tenant left in q: out of its index until its
-          -- next job (fair_index), so this loop follows its live queues.
-          redis.call('SREM', PP .. ':tq:' .. t, q)
         end
       end
     end
@@ -192,12 +169,7 @@ if cap > 0 then
   for _, x in ipairs(ten) do
     if x.dirty then
       redis.call('HSET', vk, x.t, x.vt)
-      if next(x.heads) ~= nil then
-        redis.call('ZADD', ak, x.vt, x.t)
-      else
-        redis.call('ZREM', ak, x.t)
-        prune_tq(x.t)
-      end
+      if next(x.heads) ~= nil then redis.call('ZADD', ak, x.vt, x.t) else redis.call('ZREM', ak, x.t) end
     end
   end
   if vnow > vnow0 then redis.call('SET', PP .. ':vnow', vnow) end

@@ -20,8 +20,9 @@ package qstore
 //
 //	P pool:<pool>:q:<queue>:t:<tenant>          ZSET ready jobs of a tenant (same scores as q:<queue>:ready)
 //	P pool:<pool>:q:<queue>:t:<tenant>:delayed  ZSET delayed jobs of a tenant by due time
-//	P pool:<pool>:tq:<tenant>     SET    the tenant's queues with ready or delayed jobs in the pool
-//	                                     (a dispatch step drops those it finds empty)
+//	P pool:<pool>:tq:<tenant>     SET    the tenant's queues with ready or delayed jobs in the pool,
+//	                                     and those empty for less than the idle time (prune.lua)
+//	P pool:<pool>:tqidle          HASH   "<tenant>\n<queue>" → ms first seen empty by a sweep
 //	P pool:<pool>:active          ZSET   tenants with ready work, by virtual time (ms / weight)
 //	P pool:<pool>:vt              HASH   tenant → virtual time (kept while inactive)
 //	P pool:<pool>:vnow            STRING the pool's virtual now (virtual time of the latest pick)

@@ -27,8 +27,8 @@ end
 
 -- fair_index lists queue q among the pool's queues and tenant t's queues
 -- of the pool. Every path that makes a job ready or delayed comes through
--- here, so the dispatch step may drop a queue from both sets as soon as it
--- holds no job: the sets stay as small as the live queues.
+-- here, so prune.lua may drop a queue from both sets once it stays empty:
+-- the sets stay as small as the live queues.
 local function fair_index(pool, q, t)
   redis.call('SADD', FP .. 'pool:' .. pool .. ':queues', q)
   redis.call('SADD', FP .. 'pool:' .. pool .. ':tq:' .. t, q)

@@ -12,8 +12,9 @@
 //	P q:<queue>:ready      ZSET  job ids by prio·1e14 + [5e13 +] seq (priority, then FIFO;
 //	                             re-queued lost jobs sit in the front band, without the 5e13)
 //	P q:<queue>:delayed    ZSET  job ids by due time (ms, rounded up)
-//	P pool:<pool>:queues   SET   the queues holding ready or delayed jobs of the pool (a
-//	                             dispatch step drops those it finds empty)
+//	P pool:<pool>:queues   SET   the queues holding ready or delayed jobs of the pool, and
+//	                             those empty for less than the idle time (prune.lua)
+//	P pool:<pool>:idle     HASH  queue → ms it was first seen empty by a sweep (prune.lua)
 //	P pool:<pool>:inflight ZSET  job ids by lease deadline (ms)
 //	P pool:<pool>:workers  ZSET  worker ids by liveness deadline (ms)
 //	P pool:<pool>:slots    HASH  worker id → slots

@@ -525,10 +525,11 @@ func TestRebuildOps(t *testing.T) {
 	}
 }
 
-// TestEmptyQueuesLeaveTheIndex: a dispatch step drops queues without ready
-// or delayed jobs from the pool's and the tenant's index, so the loops over
-// them follow the live queues, not every name ever used; a job that becomes
-// ready again (lease expiry, new job) puts its queue back.
+// TestEmptyQueuesLeaveTheIndex: queues without ready or delayed jobs leave
+// the pool's and the tenant's index on the second sweep that finds them
+// empty (Prune), so the loops over them follow the live queues, not every
+// name ever used; a drained queue stays listed until then, and a job that
+// becomes ready again (lease expiry, new job) puts its queue back.
 func TestEmptyQueuesLeaveTheIndex(t *testing.T) {
 	b := setup(t)
 	b.worker(t0, "w1", 1000)
@@ -546,6 +547,11 @@ func TestEmptyQueuesLeaveTheIndex(t *testing.T) {
 		}
 		return n
 	}
+	sweep := func(at time.Time) {
+		if _, _, err := b.store.Prune(b.ctx, "short", at, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if card(poolQ) != 301 || card(tenantQ) != 301 {
 		t.Fatalf("indexed %d/%d queues, want 301", card(poolQ), card(tenantQ))
 	}
@@ -553,21 +559,30 @@ func TestEmptyQueuesLeaveTheIndex(t *testing.T) {
 	if len(res.Dispatched) != 300 {
 		t.Fatalf("dispatched %d", len(res.Dispatched))
 	}
-	b.dispatch(t0, 0) // the step after the last pop sees every drained queue empty
+	sweep(t0) // marks the drained queues idle
+	sweep(t0.Add(30 * time.Second))
+	if card(poolQ) != 301 || card(tenantQ) != 301 {
+		t.Fatalf("within the idle time: %d/%d queues indexed, want all 301 still listed", card(poolQ), card(tenantQ))
+	}
+	sweep(t0.Add(time.Minute))
 	if card(poolQ) != 1 || card(tenantQ) != 1 {
 		t.Fatalf("after draining: %d/%d queues indexed, want only the delayed one", card(poolQ), card(tenantQ))
 	}
 	// Lease expiries make the jobs ready again: their queues come back.
-	b.worker(t0.Add(11*time.Second), "w1", 1000)
-	if res := b.dispatch(t0.Add(11*time.Second), 0); len(res.Dispatched) == 0 {
+	b.worker(t0.Add(61*time.Second), "w1", 1000)
+	if res := b.dispatch(t0.Add(61*time.Second), 0); len(res.Dispatched) == 0 {
 		t.Fatal("expired leases not re-dispatched")
 	}
-	b.apply(t0.Add(11*time.Second), func(batch *Batch) {
+	if card(poolQ) != 301 {
+		t.Fatalf("re-queued jobs' queues: %d indexed, want 301", card(poolQ))
+	}
+	b.apply(t0.Add(61*time.Second), func(batch *Batch) {
 		for i := range 300 {
 			batch.Complete(fmt.Sprintf("j%03d", i), "t1", "")
 		}
 	})
-	b.dispatch(t0.Add(11*time.Second), 0)
+	sweep(t0.Add(2 * time.Minute))
+	sweep(t0.Add(3 * time.Minute))
 	if card(poolQ) != 1 || card(tenantQ) != 1 {
 		t.Fatalf("after completing: %d/%d queues indexed, want only the delayed one", card(poolQ), card(tenantQ))
 	}
@@ -575,7 +590,8 @@ func TestEmptyQueuesLeaveTheIndex(t *testing.T) {
 	if ok, _ := b.rdb.SIsMember(b.ctx, tenantQ, "q007").Result(); !ok {
 		t.Fatal("a new job's queue is not indexed again")
 	}
-	if got := ids(b.dispatch(t0.Add(11*time.Second), 0).Dispatched); !slices.Contains(got, "new") {
+	b.worker(t0.Add(3*time.Minute), "w1", 1000)
+	if got := ids(b.dispatch(t0.Add(3*time.Minute), 0).Dispatched); !slices.Contains(got, "new") {
 		t.Fatalf("new job in a re-indexed queue not dispatched: %v", got)
 	}
 }
