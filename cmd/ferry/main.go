@@ -12,6 +12,7 @@ import (
 
 	"github.com/ferryhq/ferry/cmd/ferry/internal/cli"
 	"github.com/ferryhq/ferry/cmd/ferry/internal/devcmd"
+	"github.com/ferryhq/ferry/cmd/ferry/internal/opscmd"
 )
 
 const usage = `Usage: ferry <command> [arguments]
@@ -19,6 +20,8 @@ const usage = `Usage: ferry <command> [arguments]
 Commands:
   dev     run the whole stack in one process (embedded Kafka, local Postgres and Redis)
   jobs    submit, get, list and cancel jobs: ferry jobs help
+  migrate apply or list every component's Postgres migrations, grant the runtime role: ferry migrate help
+  doctor  check a deployment's connections, credentials, topics, migrations and clock
 `
 
 func main() {
@@ -42,6 +45,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 0
 	case "jobs":
 		return cli.Jobs(ctx, args[1:], os.Getenv, stdout, stderr)
+	case "migrate":
+		return opscmd.Migrate(ctx, args[1:], os.LookupEnv, stdout, stderr)
+	case "doctor":
+		return opscmd.Doctor(ctx, args[1:], os.LookupEnv, stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0

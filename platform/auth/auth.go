@@ -31,9 +31,12 @@ import (
 //go:embed migrations/*.sql
 var migrations embed.FS
 
+// Migrations are the auth schema migrations; `ferry migrate` applies them.
+var Migrations = pgstore.Register("auth", migrations, "migrations")
+
 // Migrate creates the tenants and api_keys tables.
 func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
-	return pgstore.MigrateEmbedded(ctx, pool, "auth", migrations, "migrations")
+	return Migrations.Apply(ctx, pool)
 }
 
 // Principal is who is calling.

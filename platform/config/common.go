@@ -35,7 +35,10 @@ type Common struct {
 	PostgresURL string
 	// PostgresMaxConns bounds each pool. Defaults to 16.
 	PostgresMaxConns int
-	RedisURL         string
+	// PostgresMigrate applies migrations at start; false only checks them
+	// (services running as a role without DDL rights). Defaults to true.
+	PostgresMigrate bool
+	RedisURL        string
 	// Redis is ACL credentials, TLS and Sentinel for Redis.
 	Redis RedisOptions
 	// AdminKey authorises operator routes; empty disables them.
@@ -67,6 +70,7 @@ func LoadCommon(l *Loader) Common {
 		Env:              strings.ToLower(l.String("FERRY_ENV")),
 		PostgresURL:      l.String("FERRY_POSTGRES_URL"),
 		PostgresMaxConns: l.Int("FERRY_POSTGRES_MAX_CONNS"),
+		PostgresMigrate:  kafkaBool(l, "FERRY_POSTGRES_MIGRATE"),
 		RedisURL:         l.String("FERRY_REDIS_URL"),
 		Redis:            LoadRedisOptions(l),
 		AdminKey:         l.String("FERRY_ADMIN_KEY"),

@@ -44,6 +44,9 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, component string, fsys fs.
 	if err != nil {
 		return fmt.Errorf("pgstore: %s migrations: %w", component, err)
 	}
+	if _, ok := checkOnly.Load(pool); ok {
+		return requireCurrent(ctx, pool, component, files)
+	}
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
 		return err

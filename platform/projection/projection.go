@@ -33,9 +33,12 @@ import (
 //go:embed migrations/*.sql
 var migrations embed.FS
 
+// Migrations are the projection schema migrations; `ferry migrate` applies them.
+var Migrations = pgstore.Register("projection", migrations, "migrations")
+
 // Migrate creates the offsets and quarantine tables. Run it before Run.
 func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
-	if err := pgstore.MigrateEmbedded(ctx, pool, "projection", migrations, "migrations"); err != nil {
+	if err := Migrations.Apply(ctx, pool); err != nil {
 		return err
 	}
 	return quarantine.Migrate(ctx, pool)

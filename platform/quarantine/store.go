@@ -22,10 +22,13 @@ import (
 //go:embed migrations/*.sql
 var migrations embed.FS
 
+// Migrations are the quarantine schema migrations; `ferry migrate` applies them.
+var Migrations = pgstore.Register("quarantine", migrations, "migrations")
+
 // Migrate creates the quarantine table (platform/projection's Migrate runs
 // it, so every service with Postgres has it).
 func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
-	return pgstore.MigrateEmbedded(ctx, pool, "quarantine", migrations, "migrations")
+	return Migrations.Apply(ctx, pool)
 }
 
 // Status of a quarantined record.

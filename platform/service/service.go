@@ -81,6 +81,10 @@ func Open(ctx context.Context, c config.Common, logger *slog.Logger, needs Needs
 		}
 		d.Postgres = pool
 		d.closers = append(d.closers, pool.Close)
+		if !c.PostgresMigrate {
+			// A least-privilege role: `ferry migrate` applied the schema.
+			d.closers = append(d.closers, pgstore.RequireMigrated(pool))
+		}
 		if err := auth.Migrate(ctx, pool); err != nil {
 			return fail(err)
 		}

@@ -26,9 +26,12 @@ import (
 //go:embed migrations/*.sql
 var migrations embed.FS
 
+// Migrations are the api schema migrations; `ferry migrate` applies them.
+var Migrations = pgstore.Register("api", migrations, "migrations")
+
 // Migrate creates or upgrades the jobs table.
 func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
-	return pgstore.MigrateEmbedded(ctx, pool, "api", migrations, "migrations")
+	return Migrations.Apply(ctx, pool)
 }
 
 // ErrConcurrentWrite is returned when another transaction inserted a job of

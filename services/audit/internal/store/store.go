@@ -23,9 +23,12 @@ import (
 //go:embed migrations/*.sql
 var migrations embed.FS
 
+// Migrations are the audit schema migrations; `ferry migrate` applies them.
+var Migrations = pgstore.Register("audit", migrations, "migrations")
+
 // Migrate applies the audit migrations.
 func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
-	return pgstore.MigrateEmbedded(ctx, pool, "audit", migrations, "migrations")
+	return Migrations.Apply(ctx, pool)
 }
 
 // Store reads and writes the audit tables.

@@ -26,9 +26,12 @@ import (
 //go:embed migrations/*.sql
 var migrations embed.FS
 
+// Migrations are the dlq schema migrations; `ferry migrate` applies them.
+var Migrations = pgstore.Register("dlq", migrations, "migrations")
+
 // Migrate applies the dlq migrations.
 func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
-	return pgstore.MigrateEmbedded(ctx, pool, "dlq", migrations, "migrations")
+	return Migrations.Apply(ctx, pool)
 }
 
 // ErrNotFound is returned for an entry that does not exist for the tenant.

@@ -26,6 +26,9 @@ import (
 //go:embed migrations/*.sql
 var migrations embed.FS
 
+// Migrations are the sse-bridge schema migrations; `ferry migrate` applies them.
+var Migrations = pgstore.Register("sse-bridge", migrations, "migrations")
+
 // Channel is the LISTEN/NOTIFY channel the projection notifies after
 // committing new rows.
 const Channel = "ferry_sse_log"
@@ -35,7 +38,7 @@ const writerLock = 0x5e5e_1065
 
 // Migrate creates the log's tables.
 func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
-	return pgstore.MigrateEmbedded(ctx, pool, "sse-bridge", migrations, "migrations")
+	return Migrations.Apply(ctx, pool)
 }
 
 // Log reads and writes the event log.

@@ -19,9 +19,12 @@ import (
 //go:embed migrations/*.sql
 var migrations embed.FS
 
+// Migrations are the webhooks schema migrations; `ferry migrate` applies them.
+var Migrations = pgstore.Register("webhooks", migrations, "migrations")
+
 // Migrate creates the service's tables.
 func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
-	return pgstore.MigrateEmbedded(ctx, pool, "webhooks", migrations, "migrations")
+	return Migrations.Apply(ctx, pool)
 }
 
 // ErrNotFound is returned for an endpoint that does not exist, is deleted
