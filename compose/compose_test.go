@@ -44,10 +44,10 @@ type ferrySpec struct {
 var secretVars = []string{"FERRY_ADMIN_KEY", "FERRY_SECRET_KEY", "FERRY_API_KEY", "FERRY_DEV_API_KEY"}
 
 var ferryServices = []ferrySpec{
-	{name: "api", dockerfile: "services/api/Dockerfile", postgres: true, redis: true, secrets: []string{"FERRY_ADMIN_KEY"}},
+	{name: "api", dockerfile: "services/api/Dockerfile", postgres: true, redis: true, secrets: []string{"FERRY_ADMIN_KEY", "FERRY_SECRET_KEY"}},
 	{name: "scheduler", dockerfile: "services/scheduler/Dockerfile", postgres: true, redis: true, secrets: []string{"FERRY_ADMIN_KEY"}},
-	{name: "worker-short", dockerfile: "services/worker/Dockerfile", env: map[string]string{"FERRY_WORKER_POOL": "short"}},
-	{name: "worker-long", dockerfile: "services/worker/Dockerfile", env: map[string]string{"FERRY_WORKER_POOL": "long"}},
+	{name: "worker-short", dockerfile: "services/worker/Dockerfile", postgres: true, secrets: []string{"FERRY_SECRET_KEY"}, env: map[string]string{"FERRY_WORKER_POOL": "short"}},
+	{name: "worker-long", dockerfile: "services/worker/Dockerfile", postgres: true, secrets: []string{"FERRY_SECRET_KEY"}, env: map[string]string{"FERRY_WORKER_POOL": "long"}},
 	{name: "dlq", dockerfile: "services/dlq/Dockerfile", postgres: true},
 	{name: "sse-bridge", dockerfile: "services/sse-bridge/Dockerfile", postgres: true},
 	{name: "audit", dockerfile: "services/audit/Dockerfile", postgres: true},

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what `make dev` and `make test` need besides Go: PostgreSQL server
-# binaries, redis-server, kcat, and a C compiler (`go test -race` needs cgo). Idempotent: it does nothing when they are
+# binaries, redis-server, kcat, a C compiler (`go test -race` needs cgo), and
+# python3 and node (the signature verification examples of docs/http-jobs.md). Idempotent: it does nothing when they are
 # present. As root on Debian/Ubuntu it installs what is missing with apt-get;
 # otherwise it names what is missing and fails.
 #
@@ -27,6 +28,9 @@ have_postgres || missing+=(postgresql)
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 command -v kcat >/dev/null 2>&1 || missing+=(kcat)
 command -v gcc >/dev/null 2>&1 || missing+=(gcc libc6-dev)
+# The verification examples of docs/http-jobs.md run in cmd/ferry's tests.
+command -v python3 >/dev/null 2>&1 || missing+=(python3)
+command -v node >/dev/null 2>&1 || missing+=(nodejs)
 
 if ((${#missing[@]} == 0)); then
 	exit 0
@@ -38,7 +42,7 @@ fail() {
 }
 
 if [[ $(id -u) -ne 0 ]]; then
-	fail "missing: ${missing[*]}. Install them (Debian/Ubuntu: sudo apt-get install ${missing[*]}; macOS: brew install postgresql redis kcat, and Xcode's command line tools) or run: sudo $0"
+	fail "missing: ${missing[*]}. Install them (Debian/Ubuntu: sudo apt-get install ${missing[*]}; macOS: brew install postgresql redis kcat python node, and Xcode's command line tools) or run: sudo $0"
 fi
 command -v apt-get >/dev/null 2>&1 ||
 	fail "missing: ${missing[*]}, and there is no apt-get here; install them with your package manager"

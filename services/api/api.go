@@ -39,6 +39,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"path/filepath"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -46,7 +47,9 @@ import (
 	"github.com/ferryhq/ferry/platform/auth"
 	"github.com/ferryhq/ferry/platform/config"
 	"github.com/ferryhq/ferry/platform/projection"
+	"github.com/ferryhq/ferry/platform/secretbox"
 	"github.com/ferryhq/ferry/platform/service"
+	"github.com/ferryhq/ferry/platform/signing"
 	"github.com/ferryhq/ferry/services/api/internal/idem"
 	"github.com/ferryhq/ferry/services/api/internal/limits"
 	"github.com/ferryhq/ferry/services/api/internal/store"
@@ -116,8 +119,20 @@ type Config struct {
 	// RetentionInterval is how often finished jobs past JobRetention are
 	// deleted. Defaults to 1m.
 	RetentionInterval time.Duration
+	// SecretKey (FERRY_SECRET_KEY) seals the tenants' http signing
+	// secrets. When empty, SecretKeyFile is used (development); when both
+	// are empty the signing secret routes answer 503.
+	SecretKey []byte
+	// SecretKeyFile is the key file used when SecretKey is empty. LoadConfig
+	// sets it to FERRY_DATA_DIR/secret-key.
+	SecretKeyFile string
+	// SigningSecretGrace is how long a rotated-out http signing secret keeps
+	// signing beside the new one. Defaults to 24h.
+	SigningSecretGrace time.Duration
 	// Now is the clock. Defaults to time.Now.
 	Now func() time.Time
+
+	loadErr error
 }
 
 // WithDefaults returns c with zero fields set to their defaults.
@@ -136,6 +151,7 @@ func (c Config) WithDefaults() Config {
 	config.Default(&c.DefaultMaxQueues, 100)
 	config.Default(&c.JobRetention, 720*time.Hour)
 	config.Default(&c.RetentionInterval, time.Minute)
+	config.Default(&c.SigningSecretGrace, 24*time.Hour)
 	if c.Now == nil {
 		c.Now = time.Now
 	}
@@ -144,7 +160,13 @@ func (c Config) WithDefaults() Config {
 
 // Validate reports settings that cannot work.
 func (c Config) Validate() error {
-	var errs []error
+	errs := []error{c.loadErr}
+	if len(c.SecretKey) != 0 && len(c.SecretKey) != secretbox.KeySize {
+		errs = append(errs, fmt.Errorf("FERRY_SECRET_KEY must be %d bytes", secretbox.KeySize))
+	}
+	if c.SigningSecretGrace < 0 {
+		errs = append(errs, errors.New("FERRY_HTTP_SIGNING_SECRET_GRACE must be ≥ 0"))
+	}
 	if c.IdempotencyTTL < time.Minute {
 		errs = append(errs, errors.New("FERRY_API_IDEMPOTENCY_TTL must be at least 1m"))
 	}
@@ -185,7 +207,7 @@ func (c Config) Validate() error {
 
 // LoadConfig reads the api's settings.
 func LoadConfig(l *config.Loader) Config {
-	return Config{
+	c := Config{
 		IdempotencyTTL:      l.Duration("FERRY_API_IDEMPOTENCY_TTL"),
 		IdempotencyClaimTTL: l.Duration("FERRY_API_IDEMPOTENCY_CLAIM_TTL"),
 		TestPauseAt:         l.String("FERRY_API_TEST_PAUSE_AT"),
@@ -195,7 +217,16 @@ func LoadConfig(l *config.Loader) Config {
 		DefaultMaxQueued:    l.Int("FERRY_API_DEFAULT_MAX_QUEUED"),
 		DefaultMaxQueues:    l.Int("FERRY_API_DEFAULT_MAX_QUEUES"),
 		JobRetention:        l.Duration("FERRY_JOB_RETENTION"),
+		SecretKeyFile:       filepath.Join(l.String("FERRY_DATA_DIR"), "secret-key"),
+		SigningSecretGrace:  l.Duration("FERRY_HTTP_SIGNING_SECRET_GRACE"),
 	}
+	if l.IsSet("FERRY_SECRET_KEY") {
+		c.SecretKey, c.loadErr = secretbox.ParseKey(l.String("FERRY_SECRET_KEY"))
+		if c.loadErr != nil {
+			c.loadErr = fmt.Errorf("FERRY_SECRET_KEY: %w", c.loadErr)
+		}
+	}
+	return c
 }
 
 // checkMaxDelay refuses a maximum delay the topics do not retain: a job
@@ -226,6 +257,7 @@ type Service struct {
 	tenants *auth.TenantCache
 	counts  *limits.Counter[store.Counts]
 	queues  *limits.Queues
+	signing *signing.Secrets
 }
 
 var _ service.Component = (*Service)(nil)
@@ -248,7 +280,7 @@ func New(deps *service.Deps, cfg Config) (*Service, error) {
 		return nil, fmt.Errorf("api: %w", err)
 	}
 	st := store.New(deps.Postgres, log)
-	return &Service{
+	s := &Service{
 		deps:    deps,
 		cfg:     cfg,
 		log:     log,
@@ -257,7 +289,11 @@ func New(deps *service.Deps, cfg Config) (*Service, error) {
 		tenants: auth.NewTenantCache(deps.Postgres, cfg.TenantCacheTTL),
 		counts:  limits.NewCounter(cfg.CountsCacheTTL, st.TenantCounts),
 		queues:  limits.NewQueues(cfg.CountsCacheTTL, time.Minute, st.TenantQueues),
-	}, nil
+	}
+	if err := s.openSigning(context.Background()); err != nil {
+		return nil, err
+	}
+	return s, nil
 }
 
 // Routes registers the api's routes with their full paths.
@@ -273,6 +309,8 @@ func (s *Service) Routes(r chi.Router) {
 		r.Get("/v1/jobs", s.handleList)
 		r.Get("/v1/jobs/{id}", s.handleGet)
 		r.Post("/v1/jobs/{id}/cancel", s.handleCancel)
+		r.Get("/v1/http-signing/secret", s.handleGetSigningSecret)
+		r.Post("/v1/http-signing/secret/rotate", s.handleRotateSigningSecret)
 	})
 	r.Group(func(r chi.Router) {
 		r.Use(s.deps.Authenticate(), auth.RequireAdmin)

@@ -18,7 +18,7 @@ import (
 	"github.com/ferryhq/ferry/platform/auth"
 	"github.com/ferryhq/ferry/platform/httpx"
 	"github.com/ferryhq/ferry/platform/outbound"
-	"github.com/ferryhq/ferry/services/webhooks/internal/signing"
+	"github.com/ferryhq/ferry/platform/signing"
 	"github.com/ferryhq/ferry/services/webhooks/internal/store"
 )
 

@@ -48,11 +48,11 @@ import (
 	"github.com/ferryhq/ferry/platform/config"
 	"github.com/ferryhq/ferry/platform/outbound"
 	"github.com/ferryhq/ferry/platform/projection"
+	"github.com/ferryhq/ferry/platform/secretbox"
 	"github.com/ferryhq/ferry/platform/service"
 	"github.com/ferryhq/ferry/services/webhooks/internal/deliver"
 	"github.com/ferryhq/ferry/services/webhooks/internal/fanout"
 	"github.com/ferryhq/ferry/services/webhooks/internal/policy"
-	"github.com/ferryhq/ferry/services/webhooks/internal/secretbox"
 	"github.com/ferryhq/ferry/services/webhooks/internal/store"
 )
 

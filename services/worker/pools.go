@@ -18,13 +18,17 @@ import (
 // FERRY_WORKER_POOL is ignored and a FERRY_WORKER_ID gets the pool appended.
 func BuildPools(_ context.Context, deps *service.Deps, l *config.Loader) (service.Component, error) {
 	base := LoadConfig(l).WithDefaults()
+	signer, err := newSigner(deps, base)
+	if err != nil {
+		return nil, err
+	}
 	var ps pools
 	for _, pool := range schema.Pools {
 		cfg := base
 		cfg.Pool = pool
 		cfg.WorkerID = base.WorkerID + "-" + pool
 		reg := NewRegistry()
-		handlers.Register(reg, handlers.Options{Allow: cfg.OutboundAllow})
+		handlers.Register(reg, handlers.Options{Allow: cfg.OutboundAllow, Signer: signer})
 		s, err := New(deps, cfg, reg)
 		if err != nil {
 			return nil, err

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"slices"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 
 	"github.com/ferryhq/ferry/events/schema"
 	"github.com/ferryhq/ferry/platform/config"
+	"github.com/ferryhq/ferry/platform/secretbox"
 	"github.com/ferryhq/ferry/platform/service"
 	"github.com/ferryhq/ferry/services/worker/handlers"
 )
@@ -54,6 +56,14 @@ type Config struct {
 	// OutboundAllow are the prefixes the built-in http handler may reach
 	// despite the SSRF guard. Defaults to none.
 	OutboundAllow []netip.Prefix
+	// SecretKey (FERRY_SECRET_KEY) opens the tenants' http signing secrets
+	// the api sealed. When empty, SecretKeyFile is used (development).
+	SecretKey []byte
+	// SecretKeyFile is the key file used when SecretKey is empty. LoadConfig
+	// sets it to FERRY_DATA_DIR/secret-key.
+	SecretKeyFile string
+
+	loadErr error
 }
 
 // WithDefaults returns c with zero fields set to their defaults.
@@ -81,7 +91,7 @@ func (c Config) WithDefaults() Config {
 
 // Validate reports settings that cannot work.
 func (c Config) Validate() error {
-	var errs []error
+	errs := []error{c.loadErr}
 	if !slices.Contains(schema.Pools, c.Pool) {
 		errs = append(errs, fmt.Errorf("FERRY_WORKER_POOL %q: use one of %v", c.Pool, schema.Pools))
 	}
@@ -99,18 +109,29 @@ func (c Config) Validate() error {
 
 // LoadConfig reads the worker's settings.
 func LoadConfig(l *config.Loader) Config {
-	return Config{
+	c := Config{
 		Pool:          l.String("FERRY_WORKER_POOL"),
 		Concurrency:   l.Int("FERRY_WORKER_CONCURRENCY"),
 		WorkerID:      l.String("FERRY_WORKER_ID"),
 		Grace:         l.Duration("FERRY_WORKER_GRACE"),
 		Heartbeat:     l.Duration("FERRY_WORKER_HEARTBEAT"),
 		OutboundAllow: l.Prefixes("FERRY_OUTBOUND_ALLOW"),
+		SecretKeyFile: filepath.Join(l.String("FERRY_DATA_DIR"), "secret-key"),
 	}
+	if l.IsSet("FERRY_SECRET_KEY") {
+		k, err := secretbox.ParseKey(l.String("FERRY_SECRET_KEY"))
+		if err != nil {
+			c.loadErr = fmt.Errorf("FERRY_SECRET_KEY: %w", err)
+		}
+		c.SecretKey = k
+	}
+	return c
 }
 
-// Needs are the connections a worker uses: Kafka only.
-var Needs = service.Needs{Kafka: true}
+// Needs are the connections a worker uses: Kafka for its jobs, and Postgres
+// for the one thing that must not travel through Kafka, the tenants' http
+// signing secrets (see signing.Secrets).
+var Needs = service.Needs{Kafka: true, Postgres: true}
 
 // Build is the service.Builder of a worker with the built-in handlers.
 func Build(ctx context.Context, deps *service.Deps, l *config.Loader) (service.Component, error) {
@@ -127,8 +148,12 @@ func Build(ctx context.Context, deps *service.Deps, l *config.Loader) (service.C
 func BuildWith(register func(*Registry)) service.Builder {
 	return func(_ context.Context, deps *service.Deps, l *config.Loader) (service.Component, error) {
 		cfg := LoadConfig(l).WithDefaults()
+		signer, err := newSigner(deps, cfg)
+		if err != nil {
+			return nil, err
+		}
 		reg := NewRegistry()
-		handlers.Register(reg, handlers.Options{Allow: cfg.OutboundAllow})
+		handlers.Register(reg, handlers.Options{Allow: cfg.OutboundAllow, Signer: signer})
 		if register != nil {
 			register(reg)
 		}

@@ -411,7 +411,9 @@ func TestGracefulStop(t *testing.T) {
 func TestBuildReadsConfig(t *testing.T) {
 	t.Parallel()
 	b := newBench(t)
-	env := map[string]string{"FERRY_WORKER_CONCURRENCY": "3", "FERRY_WORKER_POOL": "long", "FERRY_OUTBOUND_ALLOW": "10.0.0.0/8"}
+	withPostgres(t, b)
+	env := map[string]string{"FERRY_WORKER_CONCURRENCY": "3", "FERRY_WORKER_POOL": "long", "FERRY_OUTBOUND_ALLOW": "10.0.0.0/8",
+		"FERRY_DATA_DIR": t.TempDir()}
 	l := config.NewLoader(func(k string) (string, bool) { v, ok := env[k]; return v, ok })
 	if cfg := worker.LoadConfig(l).WithDefaults(); cfg.Concurrency != 3 || cfg.Pool != "long" || len(cfg.OutboundAllow) != 1 || cfg.Grace != 25*time.Second {
 		t.Errorf("config = %+v", cfg)
@@ -429,9 +431,14 @@ func TestBuildReadsConfig(t *testing.T) {
 func TestBuildPoolsRunsEveryPool(t *testing.T) {
 	t.Parallel()
 	b := newBench(t)
+	withPostgres(t, b)
+	dataDir := t.TempDir()
 	l := config.NewLoader(func(k string) (string, bool) {
-		if k == "FERRY_WORKER_ID" {
+		switch k {
+		case "FERRY_WORKER_ID":
 			return "dev", true
+		case "FERRY_DATA_DIR":
+			return dataDir, true
 		}
 		return "", false
 	})

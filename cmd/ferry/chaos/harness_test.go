@@ -122,6 +122,8 @@ func newCluster(t *testing.T, env map[string]string) *cluster {
 		"FERRY_REDIS_URL":        c.redisURL,
 		"FERRY_TOPIC_PARTITIONS": "4",
 		"FERRY_ADMIN_KEY":        "admin-chaos",
+		// The api seals http signing secrets, workers open them: one key.
+		"FERRY_SECRET_KEY":       "Y2hhb3MtY2hhb3MtY2hhb3MtY2hhb3MtY2hhb3MtMzI=",
 		"FERRY_SHUTDOWN_TIMEOUT": "20s",
 		"FERRY_LOG_LEVEL":        "info",
 		"FERRY_SCHEDULER_LEASE":  "2s",

@@ -5,8 +5,12 @@
 //     platform/outbound. Payload:
 //     {"method": "POST", "url": "https://…", "headers": {"K": "v"},
 //     "body": "text" or any JSON value, "timeout": "10s"}.
-//     The request carries Ferry-Job-Id and Ferry-Attempt headers, which the
-//     receiver can use as idempotency keys (delivery is at-least-once).
+//     The request carries Ferry-Job-Id, Ferry-Attempt and Ferry-Tenant
+//     headers, which the receiver can use as idempotency keys (delivery is
+//     at-least-once), and the Standard Webhooks webhook-id
+//     (<job id>_a<attempt>), webhook-timestamp and — once the tenant has a
+//     signing secret (POST /v1/http-signing/secret/rotate) —
+//     webhook-signature headers; docs/http-jobs.md shows how to verify them.
 //     A 2xx answer completes the job with {"status", "headers", "body"}
 //     (the body bounded to 64 KiB, as JSON when the response is JSON that
 //     Postgres jsonb can store, else as a string when it is UTF-8 text

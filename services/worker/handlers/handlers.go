@@ -22,6 +22,16 @@ type Options struct {
 	// Allow lists the prefixes the http handler may reach despite the SSRF
 	// guard (FERRY_OUTBOUND_ALLOW). Defaults to none.
 	Allow []netip.Prefix
+	// Signer gives the keys that sign the http handler's requests
+	// (signing.Secrets; worker.Build wires it). Nil sends them unsigned,
+	// for unit tests of handlers only.
+	Signer Signer
+}
+
+// Signer returns the HMAC keys that sign a tenant's requests at now, none
+// when the tenant has no signing secret.
+type Signer interface {
+	Keys(ctx context.Context, tenant string, now time.Time) ([][]byte, error)
 }
 
 // Register adds every built-in handler to r.

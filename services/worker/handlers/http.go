@@ -18,6 +18,7 @@ import (
 
 	"github.com/ferryhq/ferry/events/schema"
 	"github.com/ferryhq/ferry/platform/outbound"
+	"github.com/ferryhq/ferry/platform/signing"
 	"github.com/ferryhq/ferry/services/worker/workertype"
 )
 
@@ -63,11 +64,13 @@ type HTTPResult struct {
 // HTTP is the http handler.
 type HTTP struct {
 	client *http.Client
+	signer Signer
 }
 
-// NewHTTP returns the http handler, its client guarded against SSRF.
+// NewHTTP returns the http handler, its client guarded against SSRF and its
+// requests signed with the keys of o.Signer.
 func NewHTTP(o Options) *HTTP {
-	return &HTTP{client: outbound.NewClient(outbound.Options{Allow: o.Allow, Timeout: MaxHTTPTimeout})}
+	return &HTTP{client: outbound.NewClient(outbound.Options{Allow: o.Allow, Timeout: MaxHTTPTimeout}), signer: o.Signer}
 }
 
 // Handle runs one http job.
@@ -76,17 +79,15 @@ func (h *HTTP) Handle(ctx context.Context, job *workertype.Job) (any, error) {
 	if err := decode(job, &p); err != nil {
 		return nil, err
 	}
-	req, timeout, err := p.build(ctx)
+	req, body, timeout, err := p.build(ctx)
 	if err != nil {
 		return nil, workertype.Permanent(fmt.Errorf("http: %w", err))
 	}
 	ctx, cancel := context.WithTimeoutCause(ctx, timeout, errRequestTimeout)
 	defer cancel()
 	req = req.WithContext(ctx)
-	req.Header.Set("Ferry-Job-Id", job.ID)
-	req.Header.Set("Ferry-Attempt", strconv.Itoa(job.Attempt))
-	if req.Header.Get("User-Agent") == "" {
-		req.Header.Set("User-Agent", "ferry-worker")
+	if err := h.identify(ctx, req, job, body); err != nil {
+		return nil, err
 	}
 
 	resp, err := h.client.Do(req)
@@ -105,27 +106,59 @@ func (h *HTTP) Handle(ctx context.Context, job *workertype.Job) (any, error) {
 		return nil, workertype.Retryable(fmt.Errorf("http: %s %s: %w", req.Method, redact(req.URL), unwrapURLError(err)), 0)
 	}
 	defer resp.Body.Close()
-	body, truncated, rerr := outbound.ReadBody(resp.Body, MaxResponseBody)
+	answer, truncated, rerr := outbound.ReadBody(resp.Body, MaxResponseBody)
 
 	switch code := resp.StatusCode; {
 	case code >= 200 && code < 300:
 		if rerr != nil {
 			return nil, workertype.Retryable(fmt.Errorf("http: reading response: %w", rerr), 0)
 		}
-		return resultOf(resp, body, truncated), nil
+		return resultOf(resp, answer, truncated), nil
 	case code == http.StatusRequestTimeout || code == http.StatusTooManyRequests || code >= 500:
-		return nil, workertype.Retryable(statusError(req, resp, body), retryAfter(resp.Header.Get("Retry-After"), time.Now()))
+		return nil, workertype.Retryable(statusError(req, resp, answer), retryAfter(resp.Header.Get("Retry-After"), time.Now()))
 	default:
-		return nil, workertype.Permanent(statusError(req, resp, body))
+		return nil, workertype.Permanent(statusError(req, resp, answer))
 	}
+}
+
+// identify sets the headers that tell the receiver who calls: Ferry-Job-Id,
+// Ferry-Attempt, Ferry-Tenant and the Standard Webhooks webhook-id
+// (<job id>_a<attempt>, the same on a repeated dispatch of one attempt),
+// webhook-timestamp and, once the tenant has a signing secret,
+// webhook-signature. They replace any the payload set, so a payload cannot
+// forge them. A secret that cannot be read fails the attempt (retryable):
+// a request is never sent unsigned for a tenant that has a secret.
+func (h *HTTP) identify(ctx context.Context, req *http.Request, job *workertype.Job, body []byte) error {
+	req.Header.Set("Ferry-Job-Id", job.ID)
+	req.Header.Set("Ferry-Attempt", strconv.Itoa(job.Attempt))
+	req.Header.Set("Ferry-Tenant", job.TenantID)
+	if req.Header.Get("User-Agent") == "" {
+		req.Header.Set("User-Agent", "ferry-worker")
+	}
+	now := time.Now()
+	var keys [][]byte
+	if h.signer != nil {
+		var err error
+		if keys, err = h.signer.Keys(ctx, job.TenantID, now); err != nil {
+			return workertype.Retryable(fmt.Errorf("http: signing the request: %w", err), 0)
+		}
+	}
+	id := fmt.Sprintf("%s_a%d", job.ID, job.Attempt)
+	signing.SetHeaders(req.Header, keys, id, now, body)
+	if len(keys) == 0 {
+		req.Header.Del(signing.HeaderSignature)
+	}
+	return nil
 }
 
 var errRequestTimeout = errors.New("http: request timeout")
 
-func (p HTTPRequest) build(ctx context.Context) (*http.Request, time.Duration, error) {
+// build returns the request of p, the body it sends (which the signature
+// covers) and its timeout.
+func (p HTTPRequest) build(ctx context.Context) (*http.Request, []byte, time.Duration, error) {
 	u, err := url.Parse(p.URL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, 0, fmt.Errorf("url must be an absolute http or https URL, got %q", p.URL)
+		return nil, nil, 0, fmt.Errorf("url must be an absolute http or https URL, got %q", p.URL)
 	}
 	method := strings.ToUpper(strings.TrimSpace(p.Method))
 	if method == "" {
@@ -137,26 +170,30 @@ func (p HTTPRequest) build(ctx context.Context) (*http.Request, time.Duration, e
 	timeout := p.Timeout.D()
 	switch {
 	case timeout < 0:
-		return nil, 0, errors.New("timeout must be positive")
+		return nil, nil, 0, errors.New("timeout must be positive")
 	case timeout == 0:
 		timeout = DefaultHTTPTimeout
 	case timeout > MaxHTTPTimeout:
 		timeout = MaxHTTPTimeout
 	}
-	var body io.Reader
+	var body []byte
 	contentType := ""
 	if len(p.Body) > 0 && string(p.Body) != "null" {
 		var s string
 		if json.Unmarshal(p.Body, &s) == nil {
-			body = strings.NewReader(s)
+			body = []byte(s)
 		} else {
-			body = bytes.NewReader(p.Body)
+			body = p.Body
 			contentType = "application/json"
 		}
 	}
-	req, err := http.NewRequestWithContext(ctx, method, u.String(), body)
+	var reader io.Reader
+	if body != nil {
+		reader = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u.String(), reader)
 	if err != nil {
-		return nil, 0, err
+		return nil, nil, 0, err
 	}
 	for k, v := range p.Headers {
 		req.Header.Set(k, v)
@@ -164,7 +201,7 @@ func (p HTTPRequest) build(ctx context.Context) (*http.Request, time.Duration, e
 	if contentType != "" && req.Header.Get("Content-Type") == "" {
 		req.Header.Set("Content-Type", contentType)
 	}
-	return req, timeout, nil
+	return req, body, timeout, nil
 }
 
 func resultOf(resp *http.Response, body []byte, truncated bool) HTTPResult {

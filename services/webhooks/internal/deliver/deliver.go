@@ -23,9 +23,9 @@ import (
 
 	"github.com/ferryhq/ferry/events/schema"
 	"github.com/ferryhq/ferry/platform/outbound"
+	"github.com/ferryhq/ferry/platform/secretbox"
+	"github.com/ferryhq/ferry/platform/signing"
 	"github.com/ferryhq/ferry/services/webhooks/internal/policy"
-	"github.com/ferryhq/ferry/services/webhooks/internal/secretbox"
-	"github.com/ferryhq/ferry/services/webhooks/internal/signing"
 	"github.com/ferryhq/ferry/services/webhooks/internal/store"
 )
 

@@ -1,5 +1,5 @@
-// Package secretbox encrypts webhook signing secrets at rest with
-// AES-256-GCM. Signing needs the plaintext secret, so secrets cannot be
+// Package secretbox encrypts signing secrets (webhook endpoints', and
+// tenants' http-job secrets) at rest with AES-256-GCM. Signing needs the plaintext secret, so secrets cannot be
 // hashed; they are sealed with a key that lives outside the database
 // (FERRY_SECRET_KEY) and bound to their row through the additional data.
 package secretbox
@@ -113,4 +113,24 @@ func LoadOrCreateKeyFile(path string) (key []byte, created bool, err error) {
 		return nil, false, err
 	}
 	return k, true, f.Close()
+}
+
+// FromKeyOrFile returns a Box over key or, when key is empty (the
+// development fallback for an unset FERRY_SECRET_KEY), over the key in file,
+// created with a random key when missing. Every process of a deployment
+// must use the same key: what one seals, another opens. fromFile and
+// created say which key was used, for the caller's warning.
+func FromKeyOrFile(key []byte, file string) (b *Box, fromFile, created bool, err error) {
+	if len(key) == 0 {
+		if file == "" {
+			return nil, false, false, errors.New("secretbox: FERRY_SECRET_KEY is not set")
+		}
+		key, created, err = LoadOrCreateKeyFile(file)
+		if err != nil {
+			return nil, true, false, fmt.Errorf("secretbox: FERRY_SECRET_KEY unset and key file unusable: %w", err)
+		}
+		fromFile = true
+	}
+	b, err = New(key)
+	return b, fromFile, created, err
 }

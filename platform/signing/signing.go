@@ -1,7 +1,9 @@
 // Package signing implements the sender side of Standard Webhooks
 // (https://www.standardwebhooks.com): secrets of the form whsec_<base64>,
 // and the webhook-signature header "v1,<base64 HMAC-SHA256>" over
-// "<webhook-id>.<webhook-timestamp>.<body>".
+// "<webhook-id>.<webhook-timestamp>.<body>". The webhooks service signs
+// its deliveries with it, and the worker's http handler its requests, with
+// the tenant's secrets kept by [Secrets].
 package signing
 
 import (
@@ -10,6 +12,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"errors"
+	"net/http"
 	"strconv"
 	"strings"
 	"time"
@@ -68,4 +71,12 @@ func Header(keys [][]byte, id string, ts time.Time, body []byte) string {
 		sigs = append(sigs, Sign(k, id, ts, body))
 	}
 	return strings.Join(sigs, " ")
+}
+
+// SetHeaders sets the three Standard Webhooks headers of a message on h:
+// its id, ts in unix seconds and the signatures of body by every key.
+func SetHeaders(h http.Header, keys [][]byte, id string, ts time.Time, body []byte) {
+	h.Set(HeaderID, id)
+	h.Set(HeaderTimestamp, strconv.FormatInt(ts.Unix(), 10))
+	h.Set(HeaderSignature, Header(keys, id, ts, body))
 }

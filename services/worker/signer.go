@@ -1,0 +1,41 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/ferryhq/ferry/platform/secretbox"
+	"github.com/ferryhq/ferry/platform/service"
+	"github.com/ferryhq/ferry/platform/signing"
+)
+
+// newSigner returns the store the http handler reads its tenants' signing
+// secrets from at request time. It refuses to start without Postgres or
+// with a key that does not open the stored secrets: either would make every
+// http job of a tenant with a secret fail.
+func newSigner(deps *service.Deps, cfg Config) (*signing.Secrets, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("worker: %w", err)
+	}
+	if deps == nil || deps.Postgres == nil {
+		return nil, errors.New("worker: needs Postgres (FERRY_POSTGRES_URL) to read the tenants' http signing secrets; start it with worker.Needs")
+	}
+	box, fromFile, created, err := secretbox.FromKeyOrFile(cfg.SecretKey, cfg.SecretKeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("worker: %w", err)
+	}
+	if fromFile {
+		deps.Log("worker").Warn("worker: FERRY_SECRET_KEY is not set; using a key file (fine for development, set FERRY_SECRET_KEY in production, the same as the api's)",
+			"file", cfg.SecretKeyFile, "created", created)
+	}
+	ctx := context.Background()
+	if err := signing.Migrate(ctx, deps.Postgres); err != nil {
+		return nil, fmt.Errorf("worker: %w", err)
+	}
+	s := signing.NewSecrets(deps.Postgres, box)
+	if err := s.Check(ctx); err != nil {
+		return nil, fmt.Errorf("worker: %w", err)
+	}
+	return s, nil
+}
