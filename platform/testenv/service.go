@@ -24,11 +24,12 @@ import (
 // Common returns the settings of a service under test: a fresh database
 // ([Postgres]), Redis database ([Redis]) and Kafka broker ([Kafka]) for what
 // needs asks for, topic prefix "ferry.", 3 partitions per topic, 8 Postgres
-// connections and a 5s shutdown timeout. Tests adjust the result before
+// connections, migrations applied at open and a 5s shutdown timeout. Tests adjust the result before
 // passing it to [Open].
 func Common(t testing.TB, needs service.Needs) config.Common {
 	t.Helper()
-	c := config.Common{TopicPrefix: "ferry.", TopicPartitions: 3, PostgresMaxConns: 8, ShutdownTimeout: 5 * time.Second}
+	c := config.Common{TopicPrefix: "ferry.", TopicPartitions: 3, PostgresMaxConns: 8, ShutdownTimeout: 5 * time.Second,
+		PostgresMigrate: true}
 	if needs.Kafka {
 		c.KafkaBrokers = []string{Kafka(t)}
 	}
