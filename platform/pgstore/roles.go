@@ -35,8 +35,9 @@ var registry struct {
 //
 //	var Migrations = pgstore.Register("dlq", migrations, "migrations")
 //
-// Components register as their packages initialise, so in import-path
-// order after their dependencies; [Registered] lists them in that order.
+// Components register as their packages initialise; [Registered] lists
+// them in that order, which orders a package after its imports only, not
+// after components whose tables its migrations reference.
 func Register(component string, fsys fs.FS, dir string) Component {
 	sub, err := fs.Sub(fsys, dir)
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -96,7 +97,7 @@ var errPending = errors.New(`migrations are pending: run "ferry migrate up"`)
 // migrateStatus prints one line per component.
 func migrateStatus(ctx context.Context, pool *pgxpool.Pool, w io.Writer) error {
 	anyPending := false
-	for _, c := range pgstore.Registered() {
+	for _, c := range components() {
 		pending, err := c.Pending(ctx, pool)
 		if err != nil {
 			return err
@@ -114,10 +115,35 @@ func migrateStatus(ctx context.Context, pool *pgxpool.Pool, w io.Writer) error {
 	return nil
 }
 
-// migrateUp applies every component's pending migrations, in registration
-// order (dependencies first).
+// foundation are the components service.Open migrates before any
+// service's own, whose tables may reference theirs (tenants).
+var foundation = []string{"auth", "projection", "quarantine"}
+
+// components returns every registered component, the foundation first and
+// then the others in registration order (package initialisation order,
+// which is not a dependency order between unrelated packages).
+func components() []pgstore.Component {
+	all := pgstore.Registered()
+	out := make([]pgstore.Component, 0, len(all))
+	for _, name := range foundation {
+		for _, c := range all {
+			if c.Name == name {
+				out = append(out, c)
+			}
+		}
+	}
+	for _, c := range all {
+		if !slices.Contains(foundation, c.Name) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// migrateUp applies every component's pending migrations, the foundation
+// first.
 func migrateUp(ctx context.Context, pool *pgxpool.Pool, w io.Writer) error {
-	for _, c := range pgstore.Registered() {
+	for _, c := range components() {
 		pending, err := c.Pending(ctx, pool)
 		if err != nil {
 			return err
