@@ -109,6 +109,8 @@ func TestSentinelFailover(t *testing.T) {
 sentinel down-after-milliseconds ferrym 500
 sentinel failover-timeout ferrym 5000`, master.port), "--sentinel")
 
+	waitReplicaLinked(ctx, t, replica)
+
 	cl, err := redisx.Connect(ctx, "redis://ignored-with-sentinel:1/3", config.RedisOptions{
 		SentinelAddrs: []string{sentinel.addr()}, SentinelMaster: "ferrym",
 	})
@@ -148,6 +150,24 @@ sentinel failover-timeout ferrym 5000`, master.port), "--sentinel")
 	}
 	if db := cl.Options().DB; db != 3 {
 		t.Fatalf("database %d, want the URL's 3", db)
+	}
+}
+
+// waitReplicaLinked waits until the replica finished its first sync with
+// the master, so that WAIT can count it.
+func waitReplicaLinked(ctx context.Context, t *testing.T, replica *server) {
+	t.Helper()
+	c := replica.client(t)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		info, err := c.Info(ctx, "replication").Result()
+		if err == nil && strings.Contains(info, "master_link_status:up") {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the replica never linked to its master: %v\n%s", err, info)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 
