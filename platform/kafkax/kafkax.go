@@ -73,6 +73,7 @@ func NewClient(cfg Config, extra ...kgo.Opt) (*kgo.Client, error) {
 		kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)),
 		kgo.ProducerBatchCompression(kgo.NoCompression()),
 		kgo.WithHooks(hooks{t: Tracer(kotel.ClientID(id))}),
+		kgo.WithLogger(clientLogger{}),
 	}
 	opts = append(opts, sec...)
 	opts = append(opts, extra...)
