@@ -251,6 +251,7 @@ func TestTwoSchedulersDispatchExactlyOnce(t *testing.T) {
 
 	const n = 2000
 	s := &seen{dispatches: map[string]map[string]bool{}, completed: map[string]int{}, done: make(chan struct{}), want: n}
+	allDone := s.done // complete() clears the field under the lock once it closes the channel
 	wctx, wcancel := context.WithCancel(context.Background())
 	defer wcancel()
 	e.fakeWorker(wctx, &workers, "w1", 32, s)
@@ -280,7 +281,7 @@ func TestTwoSchedulersDispatchExactlyOnce(t *testing.T) {
 	}
 
 	select {
-	case <-s.done:
+	case <-allDone:
 	case <-time.After(60 * time.Second):
 		s.mu.Lock()
 		t.Fatalf("only %d of %d jobs completed", len(s.completed), n)
