@@ -13,13 +13,10 @@ import (
 
 	"github.com/go-chi/chi/v5"
 	"github.com/go-chi/chi/v5/middleware"
-	"github.com/twmb/franz-go/pkg/kgo"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ferryhq/ferry/events/schema"
 	"github.com/ferryhq/ferry/platform/auth"
 	"github.com/ferryhq/ferry/platform/httpx"
-	"github.com/ferryhq/ferry/services/api/internal/idem"
 	"github.com/ferryhq/ferry/services/api/internal/store"
 	"github.com/ferryhq/ferry/services/api/internal/submit"
 )
@@ -244,213 +241,6 @@ func itemDecodeError(err error) *httpx.Error {
 	return httpx.Errorf(http.StatusBadRequest, "invalid_json", "each job must be a JSON object")
 }
 
-// submit validates, deduplicates and produces items. It returns an error only
-// when the whole request fails: a store is unreachable, or the new jobs of
-// the request would exceed the tenant's rate limit or queue limit (limits
-// apply to a request all or nothing: no item is accepted).
-func (s *Service) submit(ctx context.Context, settings auth.Settings, items []item) ([]outcome, error) {
-	p, _ := auth.FromContext(ctx)
-	tenant := p.TenantID
-	now := s.cfg.Now().UTC().Truncate(time.Microsecond)
-	out := make([]outcome, len(items))
-	accepted := make([]submit.Accepted, len(items))
-	var claims []idem.Claim
-	var claimIdx []int
-	for i, it := range items {
-		if it.err != nil {
-			out[i].err = it.err
-			continue
-		}
-		a, err := submit.Validate(it.req, now, submit.Limits{MaxPayloadBytes: s.maxPayload(settings), MaxAttemptsByType: s.cfg.MaxAttemptsByType, MaxDelay: s.cfg.MaxDelay})
-		if err != nil {
-			var inv *submit.Invalid
-			if errors.As(err, &inv) {
-				out[i].err = validationError(inv)
-				continue
-			}
-			return nil, err
-		}
-		accepted[i] = a
-		if it.key != "" {
-			claims = append(claims, idem.Claim{Key: it.key, Hash: a.Hash, JobID: "job_" + schema.NewEventID()})
-			claimIdx = append(claimIdx, i)
-		}
-	}
-
-	// Idempotency: Redis first, then the projection for keys Redis lacks.
-	skip := make([]bool, len(items))
-	var finished []idem.Finished
-	var owned []idem.Claim // keys this request holds until produced
-	ownedBy := map[int]idem.Claim{}
-	dedupIDs := map[int]string{}
-	if len(claims) > 0 {
-		res, err := s.idem.Claim(ctx, tenant, claims)
-		if err != nil {
-			s.log.ErrorContext(ctx, "idempotency claim failed", "tenant", tenant, "err", err)
-			return nil, errUnavailable
-		}
-		var fresh []int // indexes into claims
-		for ci, r := range res {
-			i := claimIdx[ci]
-			switch r.Outcome {
-			case idem.Claimed:
-				claims[ci].JobID = r.JobID // an expired claim's job id, if any
-				fresh = append(fresh, ci)
-			case idem.InFlight:
-				out[i].err, skip[i] = errInFlight, true
-			case idem.Reused:
-				out[i].err, skip[i] = errKeyReused, true
-			case idem.Done:
-				dedupIDs[i], skip[i] = r.JobID, true
-			}
-		}
-		if len(fresh) > 0 {
-			keys := make([]string, len(fresh))
-			for k, ci := range fresh {
-				keys[k] = claims[ci].Key
-			}
-			held, err := s.store.ByIdempotencyKeys(ctx, tenant, keys)
-			if err != nil {
-				_ = s.idem.Release(context.WithoutCancel(ctx), tenant, pick(claims, fresh))
-				return nil, err
-			}
-			for _, ci := range fresh {
-				i, c := claimIdx[ci], claims[ci]
-				if j, ok := held[c.Key]; ok {
-					skip[i] = true
-					finished = append(finished, idem.Finished{Key: c.Key, Hash: j.RequestHash, JobID: j.ID})
-					if j.RequestHash == c.Hash {
-						job := jobFromRow(j.Row, now)
-						out[i] = outcome{job: dedup(job)}
-					} else {
-						out[i].err = errKeyReused
-					}
-					continue
-				}
-				owned = append(owned, c)
-				ownedBy[i] = c
-			}
-		}
-	}
-	if len(dedupIDs) > 0 {
-		if err := s.resolveDuplicates(ctx, tenant, items, accepted, dedupIDs, out, now); err != nil {
-			_ = s.idem.Release(context.WithoutCancel(ctx), tenant, owned)
-			return nil, err
-		}
-	}
-
-	// Limits count the jobs this request would create; replays and rejected
-	// items cost nothing.
-	var fresh []string // the queue of each job this request would create
-	for i := range items {
-		if out[i].err == nil && !skip[i] {
-			fresh = append(fresh, accepted[i].Spec.Queue)
-		}
-	}
-	if len(fresh) > 0 {
-		if err := s.checkLimits(ctx, tenant, settings, fresh); err != nil {
-			_ = s.idem.Release(context.WithoutCancel(ctx), tenant, owned)
-			return nil, err
-		}
-	}
-
-	// Produce every new job in one call.
-	traceID := ""
-	if sc := trace.SpanContextFromContext(ctx); sc.HasTraceID() {
-		traceID = sc.TraceID().String()
-	}
-	var recs []*kgo.Record
-	var recIdx []int
-	var release, abandon []idem.Claim
-	for i := range items {
-		if out[i].err != nil || skip[i] {
-			continue
-		}
-		a := accepted[i]
-		id := "job_" + schema.NewEventID()
-		if c, ok := ownedBy[i]; ok {
-			id = c.JobID // the claim's: a retry after a lost request reuses it
-		}
-		ev := schema.Enqueued{
-			JobRef:    schema.JobRef{JobID: id, TenantID: tenant, Attempt: 1},
-			Job:       a.Spec,
-			CreatedAt: now, RunAt: a.RunAt, Reason: schema.ReasonSubmitted, Actor: p.KeyID,
-		}
-		if c, ok := ownedBy[i]; ok {
-			ev.IdempotencyKey, ev.RequestHash = c.Key, c.Hash
-		}
-		rec, err := schema.NewRecord(s.deps.Topics.Lifecycle(schema.EventEnqueued), source, ev)
-		if err != nil {
-			_ = s.idem.Release(context.WithoutCancel(ctx), tenant, owned)
-			return nil, err
-		}
-		if schema.RecordBytes(rec) > schema.MaxSubmitRecordBytes {
-			// Refused here rather than failing the produce (and every
-			// retry of the client) or a later retry event.
-			out[i] = outcome{err: errRecordTooLarge}
-			if c, ok := ownedBy[i]; ok {
-				release = append(release, c)
-			}
-			continue
-		}
-		recs = append(recs, rec)
-		recIdx = append(recIdx, i)
-		job := jobFromSubmission(id, tenant, a.Spec, now, a.RunAt, traceID)
-		f := false
-		job.Deduplicated = &f
-		out[i] = outcome{job: job, created: true}
-	}
-	submitted := map[string][]byte{}
-	if len(recs) > 0 {
-		s.testPause(ctx, pauseClaimed, len(owned) > 0)
-		results := s.deps.Kafka.ProduceSync(ctx, recs...)
-		s.testPause(ctx, pauseProduced, len(owned) > 0)
-		for k, res := range results {
-			i := recIdx[k]
-			if res.Err != nil {
-				s.log.ErrorContext(ctx, "produce enqueued failed", "tenant", tenant, "job_id", out[i].job.ID, "err", res.Err)
-				out[i] = outcome{err: errUnavailable}
-				if c, ok := ownedBy[i]; ok {
-					abandon = append(abandon, c) // it may have reached Kafka
-				}
-				continue
-			}
-			if c, ok := ownedBy[i]; ok {
-				finished = append(finished, idem.Finished{Key: c.Key, Hash: c.Hash, JobID: out[i].job.ID})
-			}
-			cached := out[i].job
-			cached.Deduplicated = nil
-			b, _ := json.Marshal(cached)
-			submitted[cached.ID] = b
-			s.log.DebugContext(ctx, "job submitted", "tenant", tenant, "job_id", cached.ID, "type", cached.Type, "queue", cached.Queue)
-		}
-	}
-	if produced := len(submitted); produced > 0 {
-		// Count what this replica accepted until the cached count refreshes.
-		s.counts.Add(tenant, func(c store.Counts) store.Counts { c.Pending += int64(produced); return c })
-	}
-	bg := context.WithoutCancel(ctx)
-	if err := s.idem.Release(bg, tenant, release); err != nil {
-		s.log.WarnContext(ctx, "idempotency release failed", "tenant", tenant, "err", err)
-	}
-	if err := s.idem.Abandon(bg, tenant, abandon); err != nil {
-		s.log.WarnContext(ctx, "idempotency release failed", "tenant", tenant, "err", err)
-	}
-	if err := s.idem.Complete(bg, tenant, finished, submitted); err != nil {
-		// The jobs are produced; the projection remains the durable record.
-		s.log.WarnContext(ctx, "idempotency completion failed", "tenant", tenant, "err", err)
-	}
-	return out, nil
-}
-
-func pick(claims []idem.Claim, idx []int) []idem.Claim {
-	out := make([]idem.Claim, len(idx))
-	for k, ci := range idx {
-		out[k] = claims[ci]
-	}
-	return out
-}
-
 func dedup(j Job) Job {
 	t := true
 	j.Deduplicated = &t
@@ -460,7 +250,7 @@ func dedup(j Job) Job {
 // resolveDuplicates answers items whose key names a finished job with that
 // job: from the projection, else from the submitted cache, else rebuilt from
 // the (identical) request.
-func (s *Service) resolveDuplicates(ctx context.Context, tenant string, items []item, accepted []submit.Accepted, ids map[int]string, out []outcome, now time.Time) error {
+func (s *Service) resolveDuplicates(ctx context.Context, tenant string, per []pending, ids map[int]string, out []outcome, now time.Time) error {
 	list := make([]string, 0, len(ids))
 	for _, id := range ids {
 		list = append(list, id)
@@ -490,7 +280,7 @@ func (s *Service) resolveDuplicates(ctx context.Context, tenant string, items []
 			out[i] = outcome{job: dedup(j.withStatusNow(now))}
 			continue
 		}
-		a := accepted[i]
+		a := per[i].accepted
 		out[i] = outcome{job: dedup(jobFromSubmission(id, tenant, a.Spec, now, a.RunAt, ""))}
 	}
 	return nil
