@@ -189,10 +189,21 @@ func (s *Service) handleBatch(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteError(w, r, err)
 		return
 	}
-	resp := struct {
-		Jobs  []batchItem `json:"jobs"`
-		Error *itemError  `json:"error,omitempty"`
-	}{Jobs: make([]batchItem, len(out))}
+	status, resp := batchAnswer(out)
+	httpx.WriteJSON(w, status, resp)
+}
+
+// batchResponse is the answer to a batch: per item, its job or its error.
+type batchResponse struct {
+	Jobs  []batchItem `json:"jobs"`
+	Error *itemError  `json:"error,omitempty"`
+}
+
+// batchAnswer is 202 when the batch created a job, 200 when it only
+// answered replays, else the items' common error status (422 when they
+// differ) with batch_rejected.
+func batchAnswer(out []outcome) (int, batchResponse) {
+	resp := batchResponse{Jobs: make([]batchItem, len(out))}
 	created, deduped, failStatus := 0, 0, 0
 	for i, o := range out {
 		if o.err != nil {
@@ -212,16 +223,14 @@ func (s *Service) handleBatch(w http.ResponseWriter, r *http.Request) {
 			deduped++
 		}
 	}
-	status := http.StatusAccepted
 	switch {
 	case created > 0:
+		return http.StatusAccepted, resp
 	case deduped > 0:
-		status = http.StatusOK
-	default:
-		status = failStatus
-		resp.Error = &itemError{Status: status, Error: &httpx.Error{Code: "batch_rejected", Message: "no job of the batch was accepted; see each item's error"}}
+		return http.StatusOK, resp
 	}
-	httpx.WriteJSON(w, status, resp)
+	resp.Error = &itemError{Status: failStatus, Error: &httpx.Error{Code: "batch_rejected", Message: "no job of the batch was accepted; see each item's error"}}
+	return failStatus, resp
 }
 
 func itemDecodeError(err error) *httpx.Error {
