@@ -52,72 +52,12 @@ func bigJob(t *testing.T, topics schema.Topics, id string) *kgo.Record {
 // failingBigWorker is a worker of the short pool that fails every attempt
 // of a job whose payload has "big" with longError and completes the others.
 func failingBigWorker(ctx context.Context, t *testing.T, g *errgroup.Group, cl *kgo.Client, topics schema.Topics, s *seen) {
-	announce := func(stopping bool) {
-		rec, _ := schema.NewRecord(topics.Workers(), "test/worker", schema.WorkerStatus{
-			WorkerID: "wq", Pool: schema.PoolShort, Slots: 4, At: time.Now(), Stopping: stopping,
-		})
-		_ = kafkax.ProduceAll(context.WithoutCancel(ctx), cl, rec)
-	}
-	g.Go(func() error {
-		tk := time.NewTicker(200 * time.Millisecond)
-		defer tk.Stop()
-		for {
-			announce(false)
-			select {
-			case <-ctx.Done():
-				announce(true)
-				return nil
-			case <-tk.C:
-			}
+	runWorker(ctx, t, g, cl, topics, "wq", 4, s, func(d schema.Dispatch) *schema.ErrorInfo {
+		if strings.Contains(string(d.Job.Payload), `"big"`) {
+			return &schema.ErrorInfo{Class: schema.ClassAppError, Message: longError}
 		}
-	})
-	g.Go(func() error {
-		for {
-			fs := cl.PollFetches(ctx)
-			if ctx.Err() != nil {
-				return nil
-			}
-			var out []*kgo.Record
-			fs.EachRecord(func(r *kgo.Record) {
-				out = append(out, runDispatch(t, topics, r, s)...)
-			})
-			if err := kafkax.ProduceAll(ctx, cl, out...); err != nil && ctx.Err() == nil {
-				return err
-			}
-			if err := cl.CommitUncommittedOffsets(ctx); err != nil && ctx.Err() == nil {
-				return err
-			}
-		}
-	})
-}
-
-// runDispatch returns the started and completed/failed records of one
-// dispatch (nothing for a repeat).
-func runDispatch(t *testing.T, topics schema.Topics, r *kgo.Record, s *seen) []*kgo.Record {
-	ev, err := schema.Decode(r)
-	if err != nil {
-		t.Errorf("decode dispatch: %v", err)
 		return nil
-	}
-	d := ev.Data.(schema.Dispatch)
-	if !s.dispatched(d) {
-		return nil
-	}
-	now := time.Now().UTC()
-	st, _ := schema.NewRecord(topics.Lifecycle(schema.EventStarted), "test/worker",
-		schema.Started{JobRef: d.JobRef, WorkerID: "wq", DispatchID: d.DispatchID, StartedAt: now})
-	if strings.Contains(string(d.Job.Payload), `"big"`) {
-		f, _ := schema.NewRecord(topics.Lifecycle(schema.EventFailed), "test/worker", schema.Failed{
-			JobRef: d.JobRef, WorkerID: "wq", DispatchID: d.DispatchID, StartedAt: now, FinishedAt: now,
-			Error: schema.ErrorInfo{Class: schema.ClassAppError, Message: longError},
-		})
-		return []*kgo.Record{st, f}
-	}
-	c, _ := schema.NewRecord(topics.Lifecycle(schema.EventCompleted), "test/worker", schema.Completed{
-		JobRef: d.JobRef, WorkerID: "wq", DispatchID: d.DispatchID, StartedAt: now, FinishedAt: now,
 	})
-	s.complete(d.JobID)
-	return []*kgo.Record{st, c}
 }
 
 // TestUnproducibleDecisionParked: a failed attempt whose retry record is

@@ -150,8 +150,29 @@ func (s *seen) complete(id string) {
 // payload says so).
 func (e *env) fakeWorker(ctx context.Context, g *errgroup.Group, id string, slots int, s *seen) {
 	cl := e.client(kafkax.Group("ferry-worker-short", e.topics.Dispatch(schema.PoolShort))...)
+	runWorker(ctx, e.t, g, cl, e.topics, id, slots, s, func(d schema.Dispatch) *schema.ErrorInfo {
+		var p struct {
+			Fail  bool
+			Class schema.ErrorClass
+		}
+		_ = json.Unmarshal(d.Job.Payload, &p)
+		if (p.Fail && d.Attempt == 1) || p.Class != "" {
+			class := p.Class
+			if class == "" {
+				class = schema.ClassAppError
+			}
+			return &schema.ErrorInfo{Class: class, Message: "attempt fails"}
+		}
+		return nil
+	})
+}
+
+// runWorker is a fake worker of the short pool on cl: it announces slots
+// every 200ms and answers each new dispatch with started, then failed with
+// the error outcome returns, or completed (counted in s) when it returns nil.
+func runWorker(ctx context.Context, t *testing.T, g *errgroup.Group, cl *kgo.Client, topics schema.Topics, id string, slots int, s *seen, outcome func(schema.Dispatch) *schema.ErrorInfo) {
 	announce := func(stopping bool) {
-		rec, _ := schema.NewRecord(e.topics.Workers(), "test/worker", schema.WorkerStatus{
+		rec, _ := schema.NewRecord(topics.Workers(), "test/worker", schema.WorkerStatus{
 			WorkerID: id, Pool: schema.PoolShort, Slots: slots, At: time.Now(), Stopping: stopping,
 		})
 		_ = kafkax.ProduceAll(context.WithoutCancel(ctx), cl, rec)
@@ -177,42 +198,7 @@ func (e *env) fakeWorker(ctx context.Context, g *errgroup.Group, id string, slot
 			}
 			var out []*kgo.Record
 			fs.EachRecord(func(r *kgo.Record) {
-				ev, err := schema.Decode(r)
-				if err != nil {
-					e.t.Errorf("decode dispatch: %v", err)
-					return
-				}
-				d := ev.Data.(schema.Dispatch)
-				if !s.dispatched(d) {
-					return
-				}
-				ref := d.JobRef
-				now := time.Now().UTC()
-				st, _ := schema.NewRecord(e.topics.Lifecycle(schema.EventStarted), "test/worker",
-					schema.Started{JobRef: ref, WorkerID: id, DispatchID: d.DispatchID, StartedAt: now})
-				out = append(out, st)
-				var p struct {
-					Fail  bool
-					Class schema.ErrorClass
-				}
-				_ = json.Unmarshal(d.Job.Payload, &p)
-				if (p.Fail && d.Attempt == 1) || p.Class != "" {
-					class := p.Class
-					if class == "" {
-						class = schema.ClassAppError
-					}
-					f, _ := schema.NewRecord(e.topics.Lifecycle(schema.EventFailed), "test/worker", schema.Failed{
-						JobRef: ref, WorkerID: id, DispatchID: d.DispatchID, StartedAt: now, FinishedAt: now,
-						Error: schema.ErrorInfo{Class: class, Message: "attempt fails"},
-					})
-					out = append(out, f)
-					return
-				}
-				c, _ := schema.NewRecord(e.topics.Lifecycle(schema.EventCompleted), "test/worker", schema.Completed{
-					JobRef: ref, WorkerID: id, DispatchID: d.DispatchID, StartedAt: now, FinishedAt: now,
-				})
-				out = append(out, c)
-				s.complete(d.JobID)
+				out = append(out, runDispatch(t, topics, id, r, s, outcome)...)
 			})
 			if err := kafkax.ProduceAll(ctx, cl, out...); err != nil && ctx.Err() == nil {
 				return err
@@ -222,6 +208,34 @@ func (e *env) fakeWorker(ctx context.Context, g *errgroup.Group, id string, slot
 			}
 		}
 	})
+}
+
+// runDispatch returns the started and completed/failed records of one
+// dispatch (nothing for a repeat).
+func runDispatch(t *testing.T, topics schema.Topics, id string, r *kgo.Record, s *seen, outcome func(schema.Dispatch) *schema.ErrorInfo) []*kgo.Record {
+	ev, err := schema.Decode(r)
+	if err != nil {
+		t.Errorf("decode dispatch: %v", err)
+		return nil
+	}
+	d := ev.Data.(schema.Dispatch)
+	if !s.dispatched(d) {
+		return nil
+	}
+	now := time.Now().UTC()
+	st, _ := schema.NewRecord(topics.Lifecycle(schema.EventStarted), "test/worker",
+		schema.Started{JobRef: d.JobRef, WorkerID: id, DispatchID: d.DispatchID, StartedAt: now})
+	if e := outcome(d); e != nil {
+		f, _ := schema.NewRecord(topics.Lifecycle(schema.EventFailed), "test/worker", schema.Failed{
+			JobRef: d.JobRef, WorkerID: id, DispatchID: d.DispatchID, StartedAt: now, FinishedAt: now, Error: *e,
+		})
+		return []*kgo.Record{st, f}
+	}
+	c, _ := schema.NewRecord(topics.Lifecycle(schema.EventCompleted), "test/worker", schema.Completed{
+		JobRef: d.JobRef, WorkerID: id, DispatchID: d.DispatchID, StartedAt: now, FinishedAt: now,
+	})
+	s.complete(d.JobID)
+	return []*kgo.Record{st, c}
 }
 
 func enqueued(id string, runAt time.Time, fail bool) schema.Enqueued {
