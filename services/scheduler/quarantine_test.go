@@ -79,7 +79,6 @@ func TestUnproducibleDecisionParked(t *testing.T) {
 	var sched, workers errgroup.Group
 	sched.Go(func() error { return s.Run(ctx) })
 	seen := &seen{dispatches: map[string]map[string]bool{}, completed: map[string]int{}, done: make(chan struct{}), want: 20}
-	allDone := seen.done // complete() clears the field under the lock once it closes the channel
 	wctx, wcancel := context.WithCancel(context.Background())
 	defer wcancel()
 	wcl := newClient(t, deps, kafkax.Group("ferry-worker-short", deps.Topics.Dispatch(schema.PoolShort))...)
@@ -119,7 +118,7 @@ func TestUnproducibleDecisionParked(t *testing.T) {
 		t.Fatal(err)
 	}
 	select {
-	case <-allDone:
+	case <-seen.done:
 	case <-time.After(30 * time.Second):
 		seen.mu.Lock()
 		t.Fatalf("only %d of 20 jobs submitted after the poison completed", len(seen.completed))

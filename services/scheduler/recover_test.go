@@ -64,7 +64,7 @@ func TestRedisLossRebuild(t *testing.T) {
 	rdb := redis.NewClient(opts)
 	defer rdb.Close()
 	s.mu.Lock()
-	s.done, s.want = make(chan struct{}), now+later
+	s.done, s.want, s.closed = make(chan struct{}), now+later, false
 	done := s.done
 	s.mu.Unlock()
 	if err := rdb.FlushDB(ctx).Err(); err != nil {
@@ -86,16 +86,7 @@ func TestRedisLossRebuild(t *testing.T) {
 	}
 	wcancel()
 	_ = workers.Wait()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for id, c := range s.completed {
-		if c != 1 {
-			t.Errorf("%s completed %d times", id, c)
-		}
-	}
-	if len(s.early) > 0 {
-		t.Errorf("%d jobs dispatched before their run_at, e.g. %s", len(s.early), s.early[0])
-	}
+	s.checkOnce(t)
 }
 
 // snapshot is a copy of every key under prefix (DUMP and TTL), as an older
@@ -227,16 +218,7 @@ func TestRedisBackInTime(t *testing.T) {
 	}
 	wcancel()
 	_ = workers.Wait()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for id, c := range s.completed {
-		if c != 1 {
-			t.Errorf("%s completed %d times", id, c)
-		}
-	}
-	if len(s.early) > 0 {
-		t.Errorf("%d jobs dispatched before their run_at, e.g. %s", len(s.early), s.early[0])
-	}
+	s.checkOnce(t)
 }
 
 func waitFor(t *testing.T, d time.Duration, ok func() bool) {

@@ -112,7 +112,24 @@ type seen struct {
 	completed  map[string]int
 	early      []string
 	done       chan struct{}
+	closed     bool
 	want       int
+}
+
+// checkOnce asserts, once the workers stopped, that every job completed
+// once and none was dispatched before its run_at.
+func (s *seen) checkOnce(t *testing.T) {
+	t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for id, c := range s.completed {
+		if c != 1 {
+			t.Errorf("%s completed %d times", id, c)
+		}
+	}
+	if len(s.early) > 0 {
+		t.Errorf("%d jobs dispatched before their run_at, e.g. %s", len(s.early), s.early[0])
+	}
 }
 
 // dispatched records a received dispatch and reports whether it is new: a
@@ -139,9 +156,9 @@ func (s *seen) complete(id string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.completed[id]++
-	if len(s.completed) == s.want && s.done != nil {
+	if len(s.completed) == s.want && s.done != nil && !s.closed {
 		close(s.done)
-		s.done = nil
+		s.closed = true // done stays set: tests read it without the lock
 	}
 }
 
@@ -265,7 +282,6 @@ func TestTwoSchedulersDispatchExactlyOnce(t *testing.T) {
 
 	const n = 2000
 	s := &seen{dispatches: map[string]map[string]bool{}, completed: map[string]int{}, done: make(chan struct{}), want: n}
-	allDone := s.done // complete() clears the field under the lock once it closes the channel
 	wctx, wcancel := context.WithCancel(context.Background())
 	defer wcancel()
 	e.fakeWorker(wctx, &workers, "w1", 32, s)
@@ -295,7 +311,7 @@ func TestTwoSchedulersDispatchExactlyOnce(t *testing.T) {
 	}
 
 	select {
-	case <-allDone:
+	case <-s.done:
 	case <-time.After(60 * time.Second):
 		s.mu.Lock()
 		t.Fatalf("only %d of %d jobs completed", len(s.completed), n)
