@@ -20,8 +20,10 @@ test:
 	scripts/test.sh
 
 ## bench: the workloads of BENCH.md against a fresh `ferry dev` (narrow with
-##        BENCH_FLAGS='-quick' or '-workloads latency,retry'); results are
-##        appended to bench/results/, see docs/performance.md
+##        BENCH_FLAGS='-quick' or '-workloads latency,retry'), then River and
+##        Asynq through ../shared/peers when present (BENCH_FLAGS=-peers=- to
+##        skip), and one table of Ferry beside them; results are appended to
+##        bench/results/, see docs/performance.md
 bench:
 	scripts/install-deps.sh
 	$(GO) run ./bench $(BENCH_FLAGS)

@@ -43,122 +43,209 @@ func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
-func run(args []string, stdout, stderr io.Writer) int {
+// options are the command line of bench.
+type options struct {
+	workloads, apiURL, key, pgURL, kafka, redisURL, prefix string
+	repo, results, profile, envs, ref, peers, compare      string
+	quick, keep                                            bool
+	scale, nThrough, clients, pid                          int
+	timeout                                                time.Duration
+	argv                                                   []string // as given, for the results header
+}
+
+func parseOptions(args []string, stderr io.Writer) (options, bool) {
+	o := options{argv: args}
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	var (
-		workloads = fs.String("workloads", strings.Join(Workloads, ","), "comma-separated workloads to run")
-		quick     = fs.Bool("quick", false, "scale every workload down 10× (smoke test)")
-		scale     = fs.Int("scale", 1, "divide every workload's size by this (like -quick, any factor)")
-		nThrough  = fs.Int("n-throughput", 0, "jobs of the throughput workload (0: BENCH.md's)")
-		clients   = fs.Int("clients", 4, "concurrent batch clients of the throughput workload")
-		apiURL    = fs.String("url", "", "target a running stack at this base URL instead of starting ferry dev")
-		key       = fs.String("key", "", "API key of the running stack (with -url)")
-		pgURL     = fs.String("postgres", "", "Postgres URL of the running stack (with -url)")
-		kafka     = fs.String("kafka", "", "Kafka brokers of the running stack (with -url)")
-		redisURL  = fs.String("redis", "", "Redis URL of the running stack (with -url; optional)")
-		pid       = fs.Int("pid", 0, "pid of the serving process of the running stack, for RSS (with -url; optional)")
-		prefix    = fs.String("topic-prefix", "ferry.", "topic prefix")
-		repo      = fs.String("repo", "", "repository root (default: found from the working directory)")
-		results   = fs.String("results", "", "results directory (default <repo>/bench/results; \"-\" for none)")
-		profile   = fs.String("profile", "", "directory for pprof profiles of the throughput workload (default: a temporary directory; \"-\" for none)")
-		timeout   = fs.Duration("timeout", 3*time.Minute, "how long a workload may wait for its jobs to complete")
-		keep      = fs.Bool("keep", false, "leave the ferry dev data directory behind")
-		envs      = fs.String("env", "", "extra environment for ferry dev, comma-separated K=V (e.g. FERRY_SCHEDULER_PREFETCH=500)")
-		ref       = fs.String("ref", "", "build ferry from this git ref (git archive) instead of the working tree, e.g. HEAD")
-	)
+	fs.StringVar(&o.workloads, "workloads", strings.Join(Workloads, ","), "comma-separated workloads to run")
+	fs.BoolVar(&o.quick, "quick", false, "scale every workload down 10× (smoke test)")
+	fs.IntVar(&o.scale, "scale", 1, "divide every workload's size by this (like -quick, any factor)")
+	fs.IntVar(&o.nThrough, "n-throughput", 0, "jobs of the throughput workload (0: BENCH.md's)")
+	fs.IntVar(&o.clients, "clients", 4, "concurrent batch clients of the throughput workload")
+	fs.StringVar(&o.apiURL, "url", "", "target a running stack at this base URL instead of starting ferry dev")
+	fs.StringVar(&o.key, "key", "", "API key of the running stack (with -url)")
+	fs.StringVar(&o.pgURL, "postgres", "", "Postgres URL of the running stack (with -url)")
+	fs.StringVar(&o.kafka, "kafka", "", "Kafka brokers of the running stack (with -url)")
+	fs.StringVar(&o.redisURL, "redis", "", "Redis URL of the running stack (with -url; optional)")
+	fs.IntVar(&o.pid, "pid", 0, "pid of the serving process of the running stack, for RSS and CPU (with -url; optional)")
+	fs.StringVar(&o.prefix, "topic-prefix", "ferry.", "topic prefix")
+	fs.StringVar(&o.repo, "repo", "", "repository root (default: found from the working directory)")
+	fs.StringVar(&o.results, "results", "", "results directory (default <repo>/bench/results; \"-\" for none)")
+	fs.StringVar(&o.profile, "profile", "", "directory for pprof profiles of the throughput workload (default: a temporary directory; \"-\" for none)")
+	fs.DurationVar(&o.timeout, "timeout", 3*time.Minute, "how long a workload may wait for its jobs to complete")
+	fs.BoolVar(&o.keep, "keep", false, "leave the ferry dev data directory behind")
+	fs.StringVar(&o.envs, "env", "", "extra environment for ferry dev, comma-separated K=V (e.g. FERRY_SCHEDULER_PREFETCH=500)")
+	fs.StringVar(&o.ref, "ref", "", "build ferry from this git ref (git archive) instead of the working tree, e.g. HEAD")
+	fs.StringVar(&o.peers, "peers", "", "directory of the River/Asynq peer harness, run after Ferry in the same sitting (default: ../shared/peers beside the repository when present; \"-\" for none)")
+	fs.StringVar(&o.compare, "compare", "", "only print the comparison table of these results files (comma-separated: Ferry's and the peers'), then exit")
 	if err := fs.Parse(args); err != nil {
-		return 2
+		return o, false
 	}
-	sizes := FullSizes
-	if *quick {
-		*scale = 10
+	if o.quick {
+		o.scale = 10
 	}
-	sizes = sizes.Scaled(*scale)
-	if *nThrough > 0 {
-		sizes.Throughput = *nThrough
-	}
+	return o, true
+}
+
+// wanted is the set of workloads -workloads names.
+func (o options) wanted() (map[string]bool, error) {
 	want := map[string]bool{}
-	for _, w := range strings.Split(*workloads, ",") {
+	for _, w := range strings.Split(o.workloads, ",") {
 		w = strings.TrimSpace(w)
 		if w == "" {
 			continue
 		}
 		if !contains(Workloads, w) {
-			fmt.Fprintf(stderr, "bench: unknown workload %q (have %s)\n", w, strings.Join(Workloads, ", "))
-			return 2
+			return nil, fmt.Errorf("unknown workload %q (have %s)", w, strings.Join(Workloads, ", "))
 		}
 		want[w] = true
 	}
+	return want, nil
+}
 
+func run(args []string, stdout, stderr io.Writer) int {
+	o, ok := parseOptions(args, stderr)
+	if !ok {
+		return 2
+	}
+	if o.compare != "" {
+		return printComparison(stdout, stderr, strings.Split(o.compare, ",")...)
+	}
+	want, err := o.wanted()
+	if err != nil {
+		fmt.Fprintln(stderr, "bench:", err)
+		return 2
+	}
+	if o.apiURL != "" && (o.key == "" || o.pgURL == "" || o.kafka == "") {
+		fmt.Fprintln(stderr, "bench: -url needs -key, -postgres and -kafka")
+		return 2
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	root := *repo
+	root := o.repo
 	if root == "" {
-		var err error
 		if root, err = findRepo(); err != nil {
 			fmt.Fprintln(stderr, "bench:", err)
 			return 1
 		}
 	}
-	info := RunInfo{Commit: commit(root, *ref), Machine: machine(), Started: time.Now()}
-
-	var t *Target
-	if *apiURL != "" {
-		if *key == "" || *pgURL == "" || *kafka == "" {
-			fmt.Fprintln(stderr, "bench: -url needs -key, -postgres and -kafka")
-			return 2
-		}
-		t = &Target{API: strings.TrimRight(*apiURL, "/"), Key: *key, Tenant: "default", Postgres: *pgURL, Kafka: *kafka, Redis: *redisURL, PID: *pid}
-	} else {
-		work, err := os.MkdirTemp("", "ferry-bench-")
-		if err != nil {
-			fmt.Fprintln(stderr, "bench:", err)
-			return 1
-		}
-		if !*keep {
-			defer os.RemoveAll(work)
-		}
-		src := root
-		if *ref != "" {
-			// A stable directory per commit, so later runs hit the build cache.
-			src = filepath.Join(os.TempDir(), "ferry-bench-src-"+info.Commit)
-			if err := exportRef(root, *ref, src); err != nil {
-				fmt.Fprintln(stderr, "bench:", err)
-				return 1
-			}
-		}
-		fmt.Fprintln(stderr, "bench: building ./cmd/ferry in", src)
-		bin, err := buildFerry(src, work)
-		if err != nil {
-			fmt.Fprintln(stderr, "bench:", err)
-			return 1
-		}
-		fmt.Fprintln(stderr, "bench: starting ferry dev in", filepath.Join(work, "data"))
-		var extra []string
-		if *envs != "" {
-			extra = strings.Split(*envs, ",")
-		}
-		t, err = startDev(ctx, bin, filepath.Join(work, "data"), extra, stderr)
-		if err != nil {
-			fmt.Fprintln(stderr, "bench:", err)
-			return 1
-		}
-		defer func() {
-			if err := t.Stop(); err != nil {
-				fmt.Fprintln(stderr, "bench: stopping ferry dev:", err)
-			}
-		}()
+	info := RunInfo{Commit: commit(root, o.ref), Machine: machine(), Started: time.Now()}
+	resultsFile, code := runFerry(ctx, o, want, root, info, stdout, stderr)
+	if code != 0 || ctx.Err() != nil {
+		return code
 	}
-	probe, err := openProbe(ctx, t, *prefix)
+	return runPeersAndCompare(o, want, root, resultsFile, stdout, stderr)
+}
+
+// runFerry starts (or targets) the stack, runs the wanted workloads and
+// stops the stack; it returns the results file written ("" for none).
+func runFerry(ctx context.Context, o options, want map[string]bool, root string, info RunInfo, stdout, stderr io.Writer) (string, int) {
+	t, stopTarget, err := o.target(ctx, root, info, stderr)
 	if err != nil {
 		fmt.Fprintln(stderr, "bench:", err)
-		return 1
+		return "", 1
+	}
+	defer stopTarget()
+	probe, err := openProbe(ctx, t, o.prefix)
+	if err != nil {
+		fmt.Fprintln(stderr, "bench:", err)
+		return "", 1
 	}
 	defer probe.Close()
+	sizes := FullSizes.Scaled(o.scale)
+	if o.nThrough > 0 {
+		sizes.Throughput = o.nThrough
+	}
+	out, name, err := o.openResults(root, info, sizes, stderr)
+	if err != nil {
+		fmt.Fprintln(stderr, "bench:", err)
+		return "", 1
+	}
+	if out != nil {
+		defer out.Close()
+	}
+	b := newBench(t, probe, sizes, o, stderr)
+	if !b.runAll(ctx, want, info, out, stdout) {
+		fmt.Fprintln(stderr, "bench: a workload lost or duplicated jobs: a failed run (BENCH.md)")
+		return name, 1
+	}
+	return name, 0
+}
 
-	profDir := *profile
+// target starts ferry dev (or describes the running stack of -url) and
+// returns how to stop it.
+func (o options) target(ctx context.Context, root string, info RunInfo, stderr io.Writer) (*Target, func(), error) {
+	if o.apiURL != "" {
+		return &Target{API: strings.TrimRight(o.apiURL, "/"), Key: o.key, Tenant: "default", Postgres: o.pgURL,
+			Kafka: o.kafka, Redis: o.redisURL, PID: o.pid}, func() {}, nil
+	}
+	work, err := os.MkdirTemp("", "ferry-bench-")
+	if err != nil {
+		return nil, nil, err
+	}
+	cleanup := func() {
+		if !o.keep {
+			os.RemoveAll(work)
+		}
+	}
+	src := root
+	if o.ref != "" {
+		// A stable directory per commit, so later runs hit the build cache.
+		src = filepath.Join(os.TempDir(), "ferry-bench-src-"+info.Commit)
+		if err := exportRef(root, o.ref, src); err != nil {
+			cleanup()
+			return nil, nil, err
+		}
+	}
+	fmt.Fprintln(stderr, "bench: building ./cmd/ferry in", src)
+	bin, err := buildFerry(src, work)
+	if err != nil {
+		cleanup()
+		return nil, nil, err
+	}
+	fmt.Fprintln(stderr, "bench: starting ferry dev in", filepath.Join(work, "data"))
+	var extra []string
+	if o.envs != "" {
+		extra = strings.Split(o.envs, ",")
+	}
+	t, err := startDev(ctx, bin, filepath.Join(work, "data"), extra, stderr)
+	if err != nil {
+		cleanup()
+		return nil, nil, err
+	}
+	return t, func() {
+		if err := t.Stop(); err != nil {
+			fmt.Fprintln(stderr, "bench: stopping ferry dev:", err)
+		}
+		cleanup()
+	}, nil
+}
+
+// openResults opens bench/results/<date>-<commit>.jsonl for appending and
+// writes the run's header line; nil and "" with -results -.
+func (o options) openResults(root string, info RunInfo, sizes Sizes, stderr io.Writer) (*os.File, string, error) {
+	if o.results == "-" {
+		return nil, "", nil
+	}
+	dir := o.results
+	if dir == "" {
+		dir = filepath.Join(root, "bench", "results")
+	}
+	_ = os.MkdirAll(dir, 0o755)
+	name := filepath.Join(dir, info.Started.UTC().Format("2006-01-02")+"-"+strings.TrimSuffix(info.Commit, "-dirty")+".jsonl")
+	out, err := os.OpenFile(name, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, "", err
+	}
+	hdr, _ := json.Marshal(map[string]any{"run": info, "sizes": sizes, "args": o.argv, "target": map[string]any{"started_ferry_dev": o.apiURL == "", "worker_concurrency": 100}})
+	fmt.Fprintf(out, "%s\n", hdr)
+	fmt.Fprintln(stderr, "bench: appending results to", name)
+	return out, name, nil
+}
+
+func newBench(t *Target, probe *Probe, sizes Sizes, o options, stderr io.Writer) *Bench {
+	profDir := o.profile
 	switch profDir {
 	case "-":
 		profDir = ""
@@ -167,38 +254,24 @@ func run(args []string, stdout, stderr io.Writer) int {
 	default:
 		_ = os.MkdirAll(profDir, 0o755)
 	}
-	var out *os.File
-	if *results != "-" {
-		dir := *results
-		if dir == "" {
-			dir = filepath.Join(root, "bench", "results")
-		}
-		_ = os.MkdirAll(dir, 0o755)
-		name := filepath.Join(dir, info.Started.UTC().Format("2006-01-02")+"-"+strings.TrimSuffix(info.Commit, "-dirty")+".jsonl")
-		out, err = os.OpenFile(name, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-		if err != nil {
-			fmt.Fprintln(stderr, "bench:", err)
-			return 1
-		}
-		defer out.Close()
-		hdr, _ := json.Marshal(map[string]any{"run": info, "sizes": sizes, "args": args, "target": map[string]any{"started_ferry_dev": *apiURL == "", "worker_concurrency": 100}})
-		fmt.Fprintf(out, "%s\n", hdr)
-		fmt.Fprintln(stderr, "bench: appending results to", name)
-	}
-
-	b := &Bench{
-		t: t, probe: probe, sizes: sizes, clients: *clients, timeout: *timeout, profile: profDir, log: stderr,
+	return &Bench{
+		t: t, probe: probe, sizes: sizes, clients: o.clients, timeout: o.timeout, profile: profDir, log: stderr,
 		runID: randHex(4),
 		client: &http.Client{Timeout: 2 * time.Minute, Transport: &http.Transport{
 			MaxIdleConns: 1024, MaxIdleConnsPerHost: 1024, IdleConnTimeout: time.Minute,
 		}},
 		noise: fmt.Sprintf("noisy: shared %d-core machine, other engineers' tests may run concurrently; load generator on the same machine", runtime.NumCPU()),
 	}
+}
+
+// runAll runs the wanted workloads in order, each on a settled pipeline;
+// false when one lost or duplicated a job.
+func (b *Bench) runAll(ctx context.Context, want map[string]bool, info RunInfo, out *os.File, stdout io.Writer) bool {
 	funcs := map[string]func(context.Context) Result{
 		"throughput": b.throughput, "latency": b.latency, "delayed": b.delayed, "retry": b.retry,
 		"sse-idle": b.sseIdle, "audit-export": b.auditExport,
 	}
-	failed := false
+	ok := true
 	for _, w := range Workloads {
 		if !want[w] || ctx.Err() != nil {
 			continue
@@ -206,31 +279,61 @@ func run(args []string, stdout, stderr io.Writer) int {
 		// Each workload starts on a settled pipeline: the projections have
 		// applied the previous workload's records (BENCH.md measures each
 		// workload on its own; River and Asynq have no projections).
-		waited, lag, err := probe.settle(ctx, 3*time.Minute)
+		waited, lag, err := b.probe.settle(ctx, 3*time.Minute)
 		settled := fmt.Sprintf("started after %.1f s waiting for the projections to catch up (lag %d records)", waited.Seconds(), lag)
 		if err != nil {
 			settled = "projection lag unknown: " + err.Error()
 		}
-		fmt.Fprintf(stderr, "bench: %s … (%s)\n", w, settled)
+		fmt.Fprintf(b.log, "bench: %s … (%s)\n", w, settled)
 		start := time.Now()
 		r := funcs[w](ctx)
 		r.Notes += "; " + settled
-		fmt.Fprintf(stderr, "bench: %s done in %s\n", w, time.Since(start).Round(100*time.Millisecond))
+		fmt.Fprintf(b.log, "bench: %s done in %s\n", w, time.Since(start).Round(100*time.Millisecond))
 		fmt.Fprintf(stdout, "%s\n", r.Line())
 		if out != nil {
 			fmt.Fprintf(out, "%s\n", r.FileLine(info))
 		}
 		if r.Lost > 0 || r.Duplicated > 0 {
-			failed = true
+			ok = false
 		}
 	}
-	if profDir != "" {
-		fmt.Fprintln(stderr, "bench: profiles in", profDir, "(go tool pprof -top <file>)")
+	if b.profile != "" {
+		fmt.Fprintln(b.log, "bench: profiles in", b.profile, "(go tool pprof -top <file>)")
 	}
-	if failed {
-		fmt.Fprintln(stderr, "bench: a workload lost or duplicated jobs: a failed run (BENCH.md)")
+	return ok
+}
+
+// runPeersAndCompare runs the peer harness after Ferry (when present) and
+// prints Ferry beside River and Asynq; the table also goes to a .md file
+// next to the results.
+func runPeersAndCompare(o options, want map[string]bool, root, resultsFile string, stdout, stderr io.Writer) int {
+	dir := peersDir(o.peers, root)
+	if dir == "" || resultsFile == "" {
+		return 0
+	}
+	peersFile := strings.TrimSuffix(resultsFile, ".jsonl") + "-peers.jsonl"
+	fmt.Fprintln(stderr, "bench: running the peer harness", dir, "(River and Asynq, tuned) →", peersFile)
+	if err := runPeers(dir, want, peersFile, stderr); err != nil {
+		fmt.Fprintln(stderr, "bench:", err)
 		return 1
 	}
+	md, err := os.Create(strings.TrimSuffix(resultsFile, ".jsonl") + "-compare.md")
+	if err != nil {
+		fmt.Fprintln(stderr, "bench:", err)
+		return 1
+	}
+	defer md.Close()
+	return printComparison(io.MultiWriter(stderr, md), stderr, resultsFile, peersFile)
+}
+
+// printComparison prints the Ferry-vs-peers table of the given results files.
+func printComparison(w, stderr io.Writer, files ...string) int {
+	lines, err := readLines(files...)
+	if err != nil {
+		fmt.Fprintln(stderr, "bench:", err)
+		return 1
+	}
+	compareTable(w, lines)
 	return 0
 }
 

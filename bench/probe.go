@@ -29,6 +29,7 @@ type Probe struct {
 	rdb    *redis.Client
 	prefix string
 	tenant string
+	pid    int // the serving process: CPU is read from its process tree
 }
 
 func openProbe(ctx context.Context, t *Target, prefix string) (*Probe, error) {
@@ -47,7 +48,7 @@ func openProbe(ctx context.Context, t *Target, prefix string) (*Probe, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kafka: %w", err)
 	}
-	p := &Probe{pg: pg, kc: kc, kcfg: kcfg, adm: kadm.NewClient(kc), prefix: prefix, tenant: t.Tenant}
+	p := &Probe{pg: pg, kc: kc, kcfg: kcfg, adm: kadm.NewClient(kc), prefix: prefix, tenant: t.Tenant, pid: t.PID}
 	if t.Redis != "" {
 		opt, err := redis.ParseURL(t.Redis)
 		if err != nil {
@@ -280,10 +281,11 @@ type Counters struct {
 	PG     PGStats
 	Redis  map[string]int64
 	Tables map[string]int64 // rows inserted + updated + deleted per table
+	CPU    CPUTicks         // CPU time per component of the stack
 }
 
 func (p *Probe) counters(ctx context.Context) Counters {
-	c := Counters{At: time.Now()}
+	c := Counters{At: time.Now(), CPU: cpuTree(p.pid)}
 	c.Kafka, _ = p.endOffsets(ctx)
 	c.PG, _ = p.pgStats(ctx)
 	c.Redis, _ = p.redisCalls(ctx)
@@ -354,8 +356,13 @@ func (p *Probe) perJob(a, b Counters, n int) (string, map[string]any) {
 		tparts = append(tparts, fmt.Sprintf("%s %.2f", k, float64(tables[k])/f))
 	}
 	s += " (row writes by table: " + strings.Join(tparts, ", ") + ")"
+	cpu := microsPerJob(a.CPU, b.CPU, n)
+	if len(cpu) > 1 {
+		s += fmt.Sprintf("; cpu µs per job: ferry %.0f, postgres %.0f, redis %.0f, total %.0f (the load generator not counted)",
+			cpu["ferry"], cpu["postgres"], cpu["redis"], cpu["total"])
+	}
 	detail := map[string]any{"kafka_records": recs, "table_row_writes": tables, "redis_calls": redisDelta, "postgres": pg, "jobs": n,
-		"seconds": b.At.Sub(a.At).Seconds()}
+		"seconds": b.At.Sub(a.At).Seconds(), "cpu_us_per_job": cpu}
 	return s, detail
 }
 

@@ -1,0 +1,129 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// clockTicks is USER_HZ, the unit of utime and stime in /proc/<pid>/stat.
+// Linux fixes it at 100 for user space on every architecture Ferry runs on.
+const clockTicks = 100
+
+// CPUTicks is CPU time (user + system, in clock ticks) per component of
+// the stack: the process tree under the serving process, grouped by what
+// each process is. `ferry dev` runs the api, scheduler, workers,
+// projections and the embedded Kafka broker in one process ("ferry");
+// Postgres (postmaster and every backend) and Redis are its children.
+type CPUTicks map[string]int64
+
+// component names a process of the stack by its command name.
+func component(comm string) string {
+	switch {
+	case strings.HasPrefix(comm, "postgres"), strings.HasPrefix(comm, "postmaster"):
+		return "postgres"
+	case strings.HasPrefix(comm, "redis"):
+		return "redis"
+	default:
+		return "ferry"
+	}
+}
+
+// procStat is what cpuTree needs of one /proc/<pid>/stat.
+type procStat struct {
+	ppid  int
+	comm  string
+	ticks int64
+}
+
+// readProcStat parses /proc/<pid>/stat. The command name is in parentheses
+// and may itself contain spaces or parentheses, so fields are counted from
+// the last ')'.
+func readProcStat(pid int) (procStat, bool) {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return procStat{}, false
+	}
+	s := string(b)
+	open, closing := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+	if open < 0 || closing < open {
+		return procStat{}, false
+	}
+	f := strings.Fields(s[closing+1:])
+	// f[0] is field 3 (state): ppid is field 4, utime 14, stime 15.
+	if len(f) < 13 {
+		return procStat{}, false
+	}
+	ppid, _ := strconv.Atoi(f[1])
+	utime, _ := strconv.ParseInt(f[11], 10, 64)
+	stime, _ := strconv.ParseInt(f[12], 10, 64)
+	return procStat{ppid: ppid, comm: s[open+1 : closing], ticks: utime + stime}, true
+}
+
+// cpuTree sums the CPU time of root and every living descendant by
+// component. A process that exited between two snapshots takes its time
+// with it (Postgres backends live as long as their pooled connections, so
+// in practice the tree is stable during a workload). Empty when root is 0
+// or /proc is unreadable.
+func cpuTree(root int) CPUTicks {
+	out := CPUTicks{}
+	if root <= 0 {
+		return out
+	}
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return out
+	}
+	stats := map[int]procStat{}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if st, ok := readProcStat(pid); ok {
+			stats[pid] = st
+		}
+	}
+	for pid, st := range stats {
+		if descends(stats, pid, root) {
+			out[component(st.comm)] += st.ticks
+		}
+	}
+	return out
+}
+
+// descends reports whether pid is root or one of its descendants.
+func descends(stats map[int]procStat, pid, root int) bool {
+	for range 64 { // the stack's tree is shallow; the bound guards against cycles
+		if pid == root {
+			return true
+		}
+		st, ok := stats[pid]
+		if !ok || st.ppid <= 1 {
+			return false
+		}
+		pid = st.ppid
+	}
+	return false
+}
+
+// microsPerJob is the CPU each component spent between a and b, in µs per
+// job of n.
+func microsPerJob(a, b CPUTicks, n int) map[string]float64 {
+	out := map[string]float64{}
+	if n == 0 {
+		return out
+	}
+	var total int64
+	for k, v := range b {
+		d := v - a[k]
+		if d < 0 {
+			d = 0
+		}
+		out[k] = round(float64(d)*1e6/clockTicks/float64(n), 1)
+		total += d
+	}
+	out["total"] = round(float64(total)*1e6/clockTicks/float64(n), 1)
+	return out
+}

@@ -1,0 +1,76 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestCompareTable(t *testing.T) {
+	dir := t.TempDir()
+	ferry := filepath.Join(dir, "ferry.jsonl")
+	peers := filepath.Join(dir, "peers.jsonl")
+	write := func(name string, lines ...string) {
+		if err := os.WriteFile(name, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(ferry,
+		`{"run":{"commit":"abc"},"sizes":{}}`,
+		`{"system":"ferry","workload":"throughput","e2e_jobs_per_s":2000,"lost":0,"duplicated":0}`,
+		`{"system":"ferry","workload":"latency","p50_ms":5,"p99_ms":20,"notes":"client POST round trip p50 1.5 p99 9 max 20 ms"}`,
+		`{"system":"ferry","workload":"retry","notes":"time to all complete 2.00 s (first submission → last completion)","lost":1}`)
+	write(peers,
+		`{"system":"river","workload":"throughput","e2e_jobs_per_s":8000}`,
+		`{"system":"asynq","workload":"throughput","e2e_jobs_per_s":4000}`,
+		`{"system":"river","workload":"latency","p50_ms":3,"p99_ms":10,"notes":"enqueue call p50/p99/max 0.86/5.92/46.42 ms"}`,
+		`{"system":"asynq","workload":"latency","p50_ms":2.5,"p99_ms":40,"notes":"enqueue call p50/p99/max 0.30/5.92/46.42 ms"}`,
+		`{"system":"asynq","workload":"retry","notes":"time to all-complete 1.00s; handlers done","duplicated":2}`)
+	lines, err := readLines(ferry, peers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	compareTable(&b, lines)
+	got := b.String()
+	for _, want := range []string{
+		"| throughput, e2e jobs/s | 2000 | 8000 | 4000 | 0.25× |",         // rate: ferry ÷ best
+		"| latency at 1k/s, submit→start p99 ms | 20 | 10 | 40 | 0.50× |", // time: best ÷ ferry
+		"| one submission call, p50 ms | 1.5 | 0.86 | 0.3 | 0.20× |",
+		"| retry 2k fail-once, all complete s | 2 | — | 1 | 0.50× |",
+		"| delayed 10k at +5 s, lateness p99 ms | — | — | — | — |",
+		"ferry: lost 1, duplicated 0 over 3 workloads",
+		"asynq: lost 0, duplicated 2 over 3 workloads",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("table lacks %q:\n%s", want, got)
+		}
+	}
+}
+
+func TestCPUTreeCountsThisProcess(t *testing.T) {
+	before := cpuTree(os.Getpid())
+	x := 0
+	for i := range 200_000_000 { // ~0.1 s of CPU, several clock ticks
+		x ^= i
+	}
+	after := cpuTree(os.Getpid())
+	if after["ferry"] <= before["ferry"] {
+		t.Fatalf("CPU ticks of this process did not grow: %v → %v (x=%d)", before, after, x)
+	}
+	if got := microsPerJob(before, after, 1)["total"]; got <= 0 {
+		t.Fatalf("µs per job = %v, want > 0", got)
+	}
+	if len(cpuTree(0)) != 0 {
+		t.Fatal("cpuTree(0) should be empty")
+	}
+}
+
+func TestComponent(t *testing.T) {
+	for comm, want := range map[string]string{"postgres": "postgres", "redis-server": "redis", "ferry": "ferry", "ferry-bench": "ferry"} {
+		if got := component(comm); got != want {
+			t.Errorf("component(%q) = %q, want %q", comm, got, want)
+		}
+	}
+}
