@@ -179,98 +179,138 @@ func (l *Log) write(ctx context.Context, tx pgx.Tx, evs []logEvent) error {
 	if len(evs) == 0 {
 		return nil
 	}
-	jobs, err := loadJobs(ctx, tx, evs)
-	if err != nil {
+	a := &admission{hold: l.hold, log: l.log}
+	if a.jobs, err = loadJobs(ctx, tx, evs); err != nil {
 		return err
 	}
-	started, err := loggedStarts(ctx, tx, evs)
-	if err != nil {
+	if a.started, err = loggedStarts(ctx, tx, evs); err != nil {
 		return err
 	}
-	// ready reports whether e may be logged: its predecessor is, or it
-	// waits for nothing, or it waited the whole hold.
-	ready := func(e logEvent, j *jobRow) bool {
-		if l.hold <= 0 || e.expired {
-			return true
-		}
-		switch e.waitFor {
-		case schema.EventEnqueued:
-			return j.queue != ""
-		case schema.EventStarted:
-			return started[startKey{e.job, e.attempt}]
-		}
-		return true
-	}
-	var keep, wait []logEvent
-	// admit logs e, unless its job already ended, then the waiting events
-	// of its job that e released, right after it.
-	var admit func(e logEvent)
-	admit = func(e logEvent) {
-		j := jobs[e.job]
-		if j.terminal || j.terminalSeq != nil {
-			return
-		}
-		if e.typ == schema.EventStarted {
-			started[startKey{e.job, e.attempt}] = true
-		}
-		j.terminal = hub.IsTerminal(e.typ)
-		keep = append(keep, e)
-		for {
-			i := slices.IndexFunc(wait, func(w logEvent) bool { return w.job == e.job && ready(w, j) })
-			if i < 0 {
-				return
-			}
-			w := wait[i]
-			wait = slices.Delete(wait, i, i+1)
-			admit(w)
-		}
-	}
+	a.sort(evs)
+	return a.store(ctx, tx)
+}
+
+// admission decides, for one write, which events are logged now (keep, in
+// log order) and which wait for their predecessor (wait).
+type admission struct {
+	hold    time.Duration
+	log     *slog.Logger
+	jobs    map[string]*jobRow
+	started map[startKey]bool
+	keep    []logEvent
+	wait    []logEvent
+}
+
+// sort admits or holds each event of evs once (by ce_id), in order.
+func (a *admission) sort(evs []logEvent) {
 	seen := make(map[string]bool, len(evs))
 	for _, e := range evs {
 		if seen[e.id] {
 			continue
 		}
 		seen[e.id] = true
-		j := jobs[e.job]
+		j := a.job(e)
 		if j == nil {
-			// Not logged yet: the row is inserted.
-			j = &jobRow{tenant: e.tenant, dirty: true}
-			jobs[e.job] = j
-		}
-		if j.tenant != e.tenant {
-			l.log.Warn("sse-bridge: dropping event whose tenant disagrees with its job", "job_id", e.job, "ce_id", e.id)
 			continue
 		}
-		// An event of a known job rewrites its row only when it changes
-		// something (attributes, terminal_seq below) or when last_at, which
-		// retention reads, is older than lastAtRefresh.
-		if j.stale {
-			j.dirty = true
-		}
-		if e.spec != nil && j.queue == "" {
-			j.queue, j.jobType, j.tags = e.spec.Queue, e.spec.Type, e.spec.Tags
-			j.dirty = true
-		}
-		if ready(e, j) {
-			admit(e)
+		if a.ready(e, j) {
+			a.admit(e)
 		} else {
-			wait = append(wait, e)
+			a.wait = append(a.wait, e)
 		}
 	}
 	// Events of a job that ended meanwhile are dropped, as when logged late.
-	wait = slices.DeleteFunc(wait, func(w logEvent) bool { j := jobs[w.job]; return j.terminal || j.terminalSeq != nil })
-	if err := hold(ctx, tx, wait); err != nil {
+	a.wait = slices.DeleteFunc(a.wait, func(w logEvent) bool { return a.jobs[w.job].ended() })
+}
+
+// job returns e's job row, creating it for a job not logged yet, and marks
+// what e changes; nil when e's tenant disagrees with its job's.
+func (a *admission) job(e logEvent) *jobRow {
+	j := a.jobs[e.job]
+	if j == nil {
+		// Not logged yet: the row is inserted.
+		j = &jobRow{tenant: e.tenant, dirty: true}
+		a.jobs[e.job] = j
+	}
+	if j.tenant != e.tenant {
+		a.log.Warn("sse-bridge: dropping event whose tenant disagrees with its job", "job_id", e.job, "ce_id", e.id)
+		return nil
+	}
+	// An event of a known job rewrites its row only when it changes
+	// something (attributes, terminal_seq below) or when last_at, which
+	// retention reads, is older than lastAtRefresh.
+	if j.stale {
+		j.dirty = true
+	}
+	if e.spec != nil && j.queue == "" {
+		j.queue, j.jobType, j.tags = e.spec.Queue, e.spec.Type, e.spec.Tags
+		j.dirty = true
+	}
+	return j
+}
+
+// ready reports whether e may be logged: its predecessor is, or it waits
+// for nothing, or it waited the whole hold.
+func (a *admission) ready(e logEvent, j *jobRow) bool {
+	if a.hold <= 0 || e.expired {
+		return true
+	}
+	switch e.waitFor {
+	case schema.EventEnqueued:
+		return j.queue != ""
+	case schema.EventStarted:
+		return a.started[startKey{e.job, e.attempt}]
+	}
+	return true
+}
+
+// admit logs e, unless its job already ended, then the waiting events of
+// its job that e released, right after it (each of those may release more).
+func (a *admission) admit(e logEvent) {
+	pending := []logEvent{e}
+	for len(pending) > 0 {
+		e, pending = pending[0], pending[1:]
+		j := a.jobs[e.job]
+		if j.ended() {
+			continue
+		}
+		if e.typ == schema.EventStarted {
+			a.started[startKey{e.job, e.attempt}] = true
+		}
+		j.terminal = hub.IsTerminal(e.typ)
+		a.keep = append(a.keep, e)
+		if w, ok := a.released(e.job, j); ok {
+			pending = append([]logEvent{w}, pending...)
+		}
+	}
+}
+
+// released takes out of wait the first event of job that is now ready.
+func (a *admission) released(job string, j *jobRow) (logEvent, bool) {
+	i := slices.IndexFunc(a.wait, func(w logEvent) bool { return w.job == job && a.ready(w, j) })
+	if i < 0 {
+		return logEvent{}, false
+	}
+	w := a.wait[i]
+	a.wait = slices.Delete(a.wait, i, i+1)
+	return w, true
+}
+
+// store writes the admission: held events, logged events, job rows, and
+// the notification tailers wait for.
+func (a *admission) store(ctx context.Context, tx pgx.Tx) error {
+	if err := hold(ctx, tx, a.wait); err != nil {
 		return err
 	}
-	if len(keep) > 0 {
-		if err := insertEvents(ctx, tx, keep, jobs); err != nil {
+	if len(a.keep) > 0 {
+		if err := insertEvents(ctx, tx, a.keep, a.jobs); err != nil {
 			return err
 		}
 	}
-	if err := upsertJobs(ctx, tx, jobs); err != nil {
+	if err := upsertJobs(ctx, tx, a.jobs); err != nil {
 		return err
 	}
-	if len(keep) > 0 {
+	if len(a.keep) > 0 {
 		if _, err := tx.Exec(ctx, `SELECT pg_notify($1, '')`, Channel); err != nil {
 			return fmt.Errorf("eventlog: notify: %w", err)
 		}
@@ -378,6 +418,10 @@ type jobRow struct {
 	stale                  bool // last_at is older than lastAtRefresh
 	dirty                  bool // the row must be written
 }
+
+// ended reports whether the job's final event is logged (by this write or
+// an earlier one): the log keeps nothing of a job after it.
+func (j *jobRow) ended() bool { return j.terminal || j.terminalSeq != nil }
 
 // lastAtRefresh bounds how stale an sse_jobs row's last_at may get while
 // its job still has events: rows are rewritten only when an event changes
