@@ -196,19 +196,10 @@ func (s *Service) serve(w http.ResponseWriter, r *http.Request, st stream) {
 	s.conns.Add(context.WithoutCancel(ctx), 1)
 	defer s.conns.Add(context.WithoutCancel(ctx), -1)
 
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-cache")
-	h.Set("X-Accel-Buffering", "no")
-	w.WriteHeader(http.StatusOK)
-	sw := &sseWriter{w: w, rc: http.NewResponseController(w), timeout: s.cfg.WriteTimeout}
-	if err := sw.write([]byte(": ferry sse-bridge\nretry: 2000\n\n")); err != nil {
+	sw, err := s.open(w)
+	if err != nil {
 		return
 	}
-	if err := sw.flush(); err != nil {
-		return
-	}
-
 	last, err := s.replay(ctx, sw, st)
 	if err != nil {
 		if !errors.Is(err, errDone) && ctx.Err() == nil {
@@ -219,7 +210,26 @@ func (s *Service) serve(w http.ResponseWriter, r *http.Request, st stream) {
 	if err := sw.flush(); err != nil || (st.job && st.finished) {
 		return
 	}
+	s.live(ctx, sw, sub, st, last)
+}
 
+// open answers 200 with the event-stream headers and the stream's preamble.
+func (s *Service) open(w http.ResponseWriter) (*sseWriter, error) {
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	sw := &sseWriter{w: w, rc: http.NewResponseController(w), timeout: s.cfg.WriteTimeout}
+	if err := sw.write([]byte(": ferry sse-bridge\nretry: 2000\n\n")); err != nil {
+		return nil, err
+	}
+	return sw, sw.flush()
+}
+
+// live sends the hub's events after last until the client leaves, the
+// job's stream ends, the key is revoked or the client falls too far behind.
+func (s *Service) live(ctx context.Context, sw *sseWriter, sub *hub.Sub, st stream, last int64) {
 	ka := time.NewTicker(s.cfg.KeepAlive)
 	defer ka.Stop()
 	var spare []*hub.Event
@@ -237,34 +247,12 @@ func (s *Service) serve(w http.ResponseWriter, r *http.Request, st stream) {
 			}
 		case <-sub.Ready():
 			evs, overflowed := sub.Take(spare)
-			for _, e := range evs {
-				if e.Seq <= last {
-					continue // already sent by the replay
-				}
-				if sw.write(e.Frame()) != nil {
-					return
-				}
-				last = e.Seq
-				if st.job && e.Terminal() {
-					_ = sw.flush()
-					return
-				}
+			var more bool
+			if last, more = s.send(sw, st, evs, last); !more {
+				return
 			}
 			if overflowed {
-				// A burst outran the buffer: catch up from the log, which
-				// holds everything the hub published, then go on live.
-				sub.Reset()
-				var err error
-				last, err = s.catchUp(ctx, sw, st, last)
-				switch {
-				case errors.Is(err, errDone):
-					return
-				case errors.Is(err, errTooFar):
-					s.overflows.Add(context.WithoutCancel(ctx), 1)
-					_ = sw.control("overflow", last, fmt.Sprintf(`{"last_event_id":"%d","reason":"client too slow; reconnect with Last-Event-ID to resume"}`, last))
-					_ = sw.flush()
-					return
-				case err != nil:
+				if last, more = s.afterOverflow(ctx, sw, sub, st, last); !more {
 					return
 				}
 			}
@@ -274,6 +262,43 @@ func (s *Service) serve(w http.ResponseWriter, r *http.Request, st stream) {
 			spare = evs
 		}
 	}
+}
+
+// send writes evs the replay has not sent; false when the stream is over
+// (write failed, or a job stream's final event was sent).
+func (s *Service) send(sw *sseWriter, st stream, evs []*hub.Event, last int64) (int64, bool) {
+	for _, e := range evs {
+		if e.Seq <= last {
+			continue // already sent by the replay
+		}
+		if sw.write(e.Frame()) != nil {
+			return last, false
+		}
+		last = e.Seq
+		if st.job && e.Terminal() {
+			_ = sw.flush()
+			return last, false
+		}
+	}
+	return last, true
+}
+
+// afterOverflow handles a burst that outran the subscription's buffer: catch up
+// from the log, which holds everything the hub published, then go on live;
+// a client too far behind gets an overflow message and is closed.
+func (s *Service) afterOverflow(ctx context.Context, sw *sseWriter, sub *hub.Sub, st stream, last int64) (int64, bool) {
+	sub.Reset()
+	last, err := s.catchUp(ctx, sw, st, last)
+	switch {
+	case errors.Is(err, errTooFar):
+		s.overflows.Add(context.WithoutCancel(ctx), 1)
+		_ = sw.control("overflow", last, fmt.Sprintf(`{"last_event_id":"%d","reason":"client too slow; reconnect with Last-Event-ID to resume"}`, last))
+		_ = sw.flush()
+		return last, false
+	case err != nil: // errDone included
+		return last, false
+	}
+	return last, true
 }
 
 // replay writes what the client missed from the log and returns the seq of
