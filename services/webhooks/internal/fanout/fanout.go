@@ -10,6 +10,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -161,73 +162,101 @@ func Body(ev schema.Event, value []byte) ([]byte, error) {
 	})
 }
 
-// Apply is the projection.ApplyFunc of the fan-out.
+// fanItem is one lifecycle event some endpoint of its tenant listens to.
+type fanItem struct {
+	ev    schema.Event
+	et    schema.EventType
+	value []byte
+	eps   []Endpoint
+	job   *policy.JobInfo // nil until known (filters on queue or type need it)
+}
+
+// fanBatch is what Apply gathers from a batch before writing.
+type fanBatch struct {
+	items  []fanItem
+	jobs   []store.JobRow // job attributes the batch itself carries
+	lookup []string       // jobs whose attributes must be read from the store
+}
+
+// Apply is the projection.ApplyFunc of the fan-out: it turns each event
+// into one delivery per matching endpoint of its tenant.
 func (c *Cache) Apply(ctx context.Context, tx pgx.Tx, recs []*kgo.Record) error {
-	type item struct {
-		ev    schema.Event
-		et    schema.EventType
-		value []byte
-		eps   []Endpoint
-		job   *policy.JobInfo
-	}
 	if err := c.catchUp(ctx, tx); err != nil {
 		return err
 	}
-	var items []item
-	var jobs []store.JobRow
-	var lookup []string
+	var b fanBatch
 	for _, r := range recs {
-		m, err := schema.DecodeMeta(r)
-		if err != nil {
-			c.log.Warn("webhooks: skipping undecodable record", "topic", r.Topic, "offset", r.Offset, "err", err)
-			continue
-		}
-		eps := c.For(m.Tenant)
-		if len(eps) == 0 {
-			continue // cheap path: nobody of this tenant listens
-		}
-		ev, err := schema.Decode(r)
-		if err != nil {
-			c.log.Warn("webhooks: skipping undecodable record", "topic", r.Topic, "offset", r.Offset, "err", err)
-			continue
-		}
-		lc, ok := ev.Data.(schema.Lifecycle)
-		if !ok {
-			continue
-		}
-		it := item{ev: ev, et: lc.EventType(), value: r.Value, eps: eps}
-		needsJob := false
-		for _, e := range eps {
-			needsJob = needsJob || e.Filter.NeedsJob()
-		}
-		if needsJob {
-			var spec *schema.JobSpec
-			var runAt time.Time
-			switch d := ev.Data.(type) {
-			case schema.Enqueued:
-				spec, runAt = &d.Job, d.RunAt
-			case schema.DeadLettered:
-				spec = &d.Job
-			}
-			if spec != nil {
-				it.job = &policy.JobInfo{Queue: spec.Queue, Type: spec.Type}
-				jobs = append(jobs, store.JobRow{JobID: ev.Subject, TenantID: ev.Tenant, Queue: spec.Queue, Type: spec.Type, RunAt: runAt})
-			} else {
-				lookup = append(lookup, ev.Subject)
-			}
-		}
-		items = append(items, it)
+		c.gather(&b, r)
 	}
-	if len(items) == 0 {
+	if len(b.items) == 0 {
 		return nil
 	}
-	if err := store.UpsertJobs(ctx, tx, jobs); err != nil {
+	if err := store.UpsertJobs(ctx, tx, b.jobs); err != nil {
 		return err
 	}
-	known, err := store.Jobs(ctx, tx, lookup)
+	known, err := store.Jobs(ctx, tx, b.lookup)
 	if err != nil {
 		return err
 	}
+	ds, err := deliveries(b.items, known)
+	if err != nil {
+		return err
+	}
+	return store.InsertDeliveries(ctx, tx, ds)
+}
+
+// gather adds r to b when an endpoint of its tenant listens. The cheap
+// path reads only the CloudEvents headers: a record of a tenant without
+// endpoints is never decoded.
+func (c *Cache) gather(b *fanBatch, r *kgo.Record) {
+	m, err := schema.DecodeMeta(r)
+	if err != nil {
+		c.log.Warn("webhooks: skipping undecodable record", "topic", r.Topic, "offset", r.Offset, "err", err)
+		return
+	}
+	eps := c.For(m.Tenant)
+	if len(eps) == 0 {
+		return
+	}
+	ev, err := schema.Decode(r)
+	if err != nil {
+		c.log.Warn("webhooks: skipping undecodable record", "topic", r.Topic, "offset", r.Offset, "err", err)
+		return
+	}
+	lc, ok := ev.Data.(schema.Lifecycle)
+	if !ok {
+		return
+	}
+	it := fanItem{ev: ev, et: lc.EventType(), value: r.Value, eps: eps}
+	if slices.ContainsFunc(eps, func(e Endpoint) bool { return e.Filter.NeedsJob() }) {
+		b.jobInfo(&it)
+	}
+	b.items = append(b.items, it)
+}
+
+// jobInfo sets it.job from the event when it carries the job's attributes
+// (enqueued, dlq), remembering them for later events; otherwise the job is
+// looked up.
+func (b *fanBatch) jobInfo(it *fanItem) {
+	var spec *schema.JobSpec
+	var runAt time.Time
+	switch d := it.ev.Data.(type) {
+	case schema.Enqueued:
+		spec, runAt = &d.Job, d.RunAt
+	case schema.DeadLettered:
+		spec = &d.Job
+	}
+	if spec == nil {
+		b.lookup = append(b.lookup, it.ev.Subject)
+		return
+	}
+	it.job = &policy.JobInfo{Queue: spec.Queue, Type: spec.Type}
+	b.jobs = append(b.jobs, store.JobRow{JobID: it.ev.Subject, TenantID: it.ev.Tenant, Queue: spec.Queue, Type: spec.Type, RunAt: runAt})
+}
+
+// deliveries is one delivery per item and matching endpoint; the body is
+// built once per event.
+func deliveries(items []fanItem, known map[string]store.JobRow) ([]store.NewDelivery, error) {
 	var ds []store.NewDelivery
 	for _, it := range items {
 		if it.job == nil {
@@ -241,8 +270,9 @@ func (c *Cache) Apply(ctx context.Context, tx pgx.Tx, recs []*kgo.Record) error 
 				continue
 			}
 			if body == nil {
+				var err error
 				if body, err = Body(it.ev, it.value); err != nil {
-					return err
+					return nil, err
 				}
 			}
 			ds = append(ds, store.NewDelivery{
@@ -251,5 +281,5 @@ func (c *Cache) Apply(ctx context.Context, tx pgx.Tx, recs []*kgo.Record) error 
 			})
 		}
 	}
-	return store.InsertDeliveries(ctx, tx, ds)
+	return ds, nil
 }
