@@ -36,14 +36,14 @@ type Bench struct {
 	enqN           int
 }
 
-// Sizes are the workloads' job counts (BENCH.md's, or scaled by -quick).
+// Sizes are the workloads' job counts (docs/benchmark.md's, or scaled by -quick).
 type Sizes struct {
 	Throughput, LatencyRate, Delayed, Retry, SSE, Audit int
 	LatencyFor                                          time.Duration
 	Delay                                               time.Duration
 }
 
-// FullSizes are BENCH.md's.
+// FullSizes are docs/benchmark.md's.
 var FullSizes = Sizes{Throughput: 100_000, LatencyRate: 1000, LatencyFor: 20 * time.Second, Delayed: 10_000,
 	Delay: 5 * time.Second, Retry: 2000, SSE: 2000, Audit: 100_000}
 
@@ -222,6 +222,50 @@ func (b *Bench) throughput(ctx context.Context) Result {
 	before := b.probe.counters(ctx)
 	rss := SampleRSS(b.t.PID, 100*time.Millisecond)
 
+	stopProfile := b.startProfile(ctx, "throughput", 30*time.Second)
+	sub := b.submitConcurrently(ctx, n, tag)
+	enqDur := sub.lastOK.Sub(sub.t0)
+	b.enqFrom, b.enqTo, b.enqN = sub.t0.Add(-time.Second), sub.lastOK.Add(time.Second), len(sub.ids)
+	r.EnqueueRate = Rate(len(sub.ids), enqDur)
+	fmt.Fprintf(b.log, "throughput: %d accepted in %s (%.0f/s), waiting for completion\n", len(sub.ids), enqDur.Round(time.Millisecond), r.EnqueueRate)
+
+	_, ok := b.probe.waitDone(ctx, tag, len(sub.ids), b.timeout)
+	rows, err := b.probe.jobs(ctx, tag)
+	stopProfile()
+	r.RSSMB = rss.Stop()
+	after := b.probe.counters(ctx)
+	var notes []string
+	if err != nil {
+		notes = append(notes, "projection read: "+err.Error())
+	}
+	if !ok {
+		notes = append(notes, fmt.Sprintf("timed out after %s waiting for completion", b.timeout))
+	}
+	for _, e := range sub.errs[:min(len(sub.errs), 3)] {
+		notes = append(notes, "submit: "+e.Error())
+	}
+	notes = append(notes, completionFigures(&r, rows, sub.t0, n)...)
+	notes = append(notes, "p*_ms: submission → completion per job", fmt.Sprintf("%d concurrent clients, batches of 1000", b.clients))
+	accounted, _ := b.account(ctx, &r, before.Kafka, false, padIDs(sub.ids, n), rows)
+	notes = append(notes, accounted...)
+	s, detail := b.probe.perJob(before, after, len(sub.ids))
+	notes = append(notes, s)
+	r.extraRecords = map[string]any{"counters": detail}
+	r.Notes = strings.Join(append(notes, b.noise), "; ")
+	return r
+}
+
+// submissions is what a submission phase left: accepted ids, errors, when it
+// started and when the last accepted call returned.
+type submissions struct {
+	ids        []string
+	errs       []error
+	t0, lastOK time.Time
+}
+
+// submitConcurrently submits n noop jobs tagged tag in batches of 1,000
+// from b.clients concurrent clients.
+func (b *Bench) submitConcurrently(ctx context.Context, n int, tag string) submissions {
 	const batch = 1000
 	batches := make(chan int, n/batch+1)
 	for left := n; left > 0; left -= batch {
@@ -229,14 +273,10 @@ func (b *Bench) throughput(ctx context.Context) Result {
 	}
 	close(batches)
 	var (
-		mu     sync.Mutex
-		ids    = make([]string, 0, n)
-		errs   []error
-		wg     sync.WaitGroup
-		lastOK time.Time
+		mu  sync.Mutex
+		wg  sync.WaitGroup
+		out = submissions{ids: make([]string, 0, n), t0: time.Now()}
 	)
-	stopProfile := b.startProfile(ctx, "throughput", 30*time.Second)
-	t0 := time.Now()
 	for c := 0; c < b.clients; c++ {
 		wg.Add(1)
 		go func() {
@@ -249,62 +289,41 @@ func (b *Bench) throughput(ctx context.Context) Result {
 				got, err := b.submitBatch(ctx, jobs)
 				now := time.Now()
 				mu.Lock()
-				ids = append(ids, got...)
+				out.ids = append(out.ids, got...)
 				if err != nil {
-					errs = append(errs, err)
+					out.errs = append(out.errs, err)
 				}
-				if now.After(lastOK) {
-					lastOK = now
+				if now.After(out.lastOK) {
+					out.lastOK = now
 				}
 				mu.Unlock()
 			}
 		}()
 	}
 	wg.Wait()
-	enqDur := lastOK.Sub(t0)
-	b.enqFrom, b.enqTo, b.enqN = t0.Add(-time.Second), lastOK.Add(time.Second), len(ids)
-	r.EnqueueRate = Rate(len(ids), enqDur)
-	fmt.Fprintf(b.log, "throughput: %d accepted in %s (%.0f/s), waiting for completion\n", len(ids), enqDur.Round(time.Millisecond), r.EnqueueRate)
+	return out
+}
 
-	_, ok := b.probe.waitDone(ctx, tag, len(ids), b.timeout)
-	rows, err := b.probe.jobs(ctx, tag)
-	stopProfile()
-	r.RSSMB = rss.Stop()
-	after := b.probe.counters(ctx)
-	var notes []string
-	if err != nil {
-		notes = append(notes, "projection read: "+err.Error())
-	}
-	if !ok {
-		notes = append(notes, fmt.Sprintf("timed out after %s waiting for completion", b.timeout))
-	}
-	for _, e := range errs[:min(len(errs), 3)] {
-		notes = append(notes, "submit: "+e.Error())
-	}
+// completionFigures sets r's end-to-end rate (n jobs from t0 to the last
+// completion) and submission → completion percentiles from rows.
+func completionFigures(r *Result, rows map[string]JobRow, t0 time.Time, n int) []string {
 	var last time.Time
 	var lat []float64
 	for _, row := range rows {
-		if row.FinishedAt != nil && row.FinishedAt.After(last) {
+		if row.FinishedAt == nil {
+			continue
+		}
+		if row.FinishedAt.After(last) {
 			last = *row.FinishedAt
 		}
-		if row.FinishedAt != nil {
-			lat = append(lat, Ms(row.FinishedAt.Sub(row.CreatedAt)))
-		}
+		lat = append(lat, Ms(row.FinishedAt.Sub(row.CreatedAt)))
 	}
-	if !last.IsZero() {
-		r.E2EJobsPerS = Rate(n, last.Sub(t0))
-		notes = append(notes, fmt.Sprintf("first enqueue → last completion %.2f s", last.Sub(t0).Seconds()))
+	r.setPercentiles(Summarize(lat))
+	if last.IsZero() {
+		return nil
 	}
-	p := Summarize(lat)
-	r.setPercentiles(p)
-	notes = append(notes, "p*_ms: submission → completion per job", fmt.Sprintf("%d concurrent clients, batches of 1000", b.clients))
-	accounted, _ := b.account(ctx, &r, before.Kafka, false, padIDs(ids, n), rows)
-	notes = append(notes, accounted...)
-	s, detail := b.probe.perJob(before, after, len(ids))
-	notes = append(notes, s)
-	r.extraRecords = map[string]any{"counters": detail}
-	r.Notes = strings.Join(append(notes, b.noise), "; ")
-	return r
+	r.E2EJobsPerS = Rate(n, last.Sub(t0))
+	return []string{fmt.Sprintf("first enqueue → last completion %.2f s", last.Sub(t0).Seconds())}
 }
 
 // padIDs counts submissions that were never accepted as lost.
@@ -324,69 +343,12 @@ func (b *Bench) latency(ctx context.Context) Result {
 	tag := b.tag("latency")
 	before := b.probe.counters(ctx)
 	rss := SampleRSS(b.t.PID, 100*time.Millisecond)
-	interval := time.Second / time.Duration(rate)
 
-	var (
-		mu        sync.Mutex
-		ids       = make([]string, 0, n)
-		rtts      = make([]float64, 0, n)
-		failures  int
-		firstErr  error
-		wg        sync.WaitGroup
-		maxBehind time.Duration
-	)
-	sem := make(chan struct{}, 512)
-	body, _ := json.Marshal(jobReq{"type": "noop", "tags": []string{tag}})
-	t0 := time.Now()
-	for i := 0; i < n; i++ {
-		due := t0.Add(time.Duration(i) * interval)
-		if d := time.Until(due); d > 0 {
-			time.Sleep(d)
-		}
-		if behind := time.Since(due); behind > maxBehind {
-			maxBehind = behind
-		}
-		sem <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			start := time.Now()
-			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, b.t.API+"/v1/jobs", bytes.NewReader(body))
-			req.Header.Set("Authorization", "Bearer "+b.t.Key)
-			req.Header.Set("Content-Type", "application/json")
-			resp, err := b.client.Do(req)
-			var id string
-			if err == nil {
-				raw, _ := io.ReadAll(resp.Body)
-				resp.Body.Close()
-				if resp.StatusCode == http.StatusAccepted {
-					var s submitted
-					_ = json.Unmarshal(raw, &s)
-					id = s.ID
-				} else {
-					err = fmt.Errorf("HTTP %d: %s", resp.StatusCode, truncate(raw, 200))
-				}
-			}
-			rtt := Ms(time.Since(start))
-			mu.Lock()
-			defer mu.Unlock()
-			if id == "" {
-				failures++
-				if firstErr == nil {
-					firstErr = err
-				}
-				return
-			}
-			ids = append(ids, id)
-			rtts = append(rtts, rtt)
-		}()
-	}
-	sentAll := time.Now()
-	wg.Wait()
-	offered := Rate(n, sentAll.Sub(t0))
-	r.EnqueueRate = Rate(len(ids), time.Since(t0))
+	o := b.offer(ctx, n, rate, tag)
+	offered := Rate(n, o.sentAll.Sub(o.t0))
+	r.EnqueueRate = Rate(len(o.ids), time.Since(o.t0))
 
-	_, ok := b.probe.waitDone(ctx, tag, len(ids), b.timeout)
+	_, ok := b.probe.waitDone(ctx, tag, len(o.ids), b.timeout)
 	rows, err := b.probe.jobs(ctx, tag)
 	r.RSSMB = rss.Stop()
 	var notes []string
@@ -396,6 +358,104 @@ func (b *Bench) latency(ctx context.Context) Result {
 	if !ok {
 		notes = append(notes, "timed out waiting for completion")
 	}
+	p, lastStart := startFigures(&r, rows, o.t0, len(o.ids))
+	rt := Summarize(o.rtts)
+	keptUp := offered >= 0.98*float64(rate) && o.failures == 0 && p.P99 < 1000
+	notes = append(notes,
+		fmt.Sprintf("kept up: %v (offered %.0f jobs/s against %d target, pacer max %.0f ms behind schedule, %d submissions failed; last start %.0f ms after the last submission)",
+			keptUp, offered, rate, Ms(o.maxBehind), o.failures, Ms(lastStart.Sub(o.sentAll))),
+		"p*_ms: created_at (request received) → started_at, from the status projection",
+		fmt.Sprintf("client POST round trip p50 %.1f p99 %.1f max %.1f ms", rt.P50, rt.P99, rt.Max))
+	if o.firstErr != nil {
+		notes = append(notes, "first submit error: "+o.firstErr.Error())
+	}
+	accounted, _ := b.account(ctx, &r, before.Kafka, false, padIDs(o.ids, n), rows)
+	notes = append(notes, accounted...)
+	r.Notes = strings.Join(append(notes, b.noise), "; ")
+	return r
+}
+
+// offered is what an open-loop submission phase left.
+type offered struct {
+	ids         []string
+	rtts        []float64 // client round trip per accepted call, ms
+	failures    int
+	firstErr    error
+	maxBehind   time.Duration // how far the pacer fell behind its schedule
+	t0, sentAll time.Time
+}
+
+// offer submits n noop jobs, one POST /v1/jobs each, at rate per second on
+// a fixed schedule (open loop: a slow call does not delay the next).
+func (b *Bench) offer(ctx context.Context, n, rate int, tag string) offered {
+	interval := time.Second / time.Duration(rate)
+	var (
+		mu  sync.Mutex
+		wg  sync.WaitGroup
+		out = offered{ids: make([]string, 0, n), rtts: make([]float64, 0, n)}
+	)
+	sem := make(chan struct{}, 512)
+	body, _ := json.Marshal(jobReq{"type": "noop", "tags": []string{tag}})
+	out.t0 = time.Now()
+	for i := 0; i < n; i++ {
+		due := out.t0.Add(time.Duration(i) * interval)
+		if d := time.Until(due); d > 0 {
+			time.Sleep(d)
+		}
+		if behind := time.Since(due); behind > out.maxBehind {
+			out.maxBehind = behind
+		}
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			start := time.Now()
+			id, err := b.submitOne(ctx, body)
+			rtt := Ms(time.Since(start))
+			mu.Lock()
+			defer mu.Unlock()
+			if id == "" {
+				out.failures++
+				if out.firstErr == nil {
+					out.firstErr = err
+				}
+				return
+			}
+			out.ids = append(out.ids, id)
+			out.rtts = append(out.rtts, rtt)
+		}()
+	}
+	out.sentAll = time.Now()
+	wg.Wait()
+	return out
+}
+
+// submitOne posts one job; the id of the accepted job, or "" and why not.
+func (b *Bench) submitOne(ctx context.Context, body []byte) (string, error) {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, b.t.API+"/v1/jobs", bytes.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+b.t.Key)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := b.client.Do(req)
+	if err != nil {
+		return "", err
+	}
+	raw, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted {
+		return "", fmt.Errorf("HTTP %d: %s", resp.StatusCode, truncate(raw, 200))
+	}
+	var s submitted
+	_ = json.Unmarshal(raw, &s)
+	if s.ID == "" {
+		return "", fmt.Errorf("HTTP 202 without a job id: %s", truncate(raw, 200))
+	}
+	return s.ID, nil
+}
+
+// startFigures sets r's submission → start percentiles and end-to-end rate
+// (accepted jobs from t0 to the last completion); it returns the
+// percentiles and the last start.
+func startFigures(r *Result, rows map[string]JobRow, t0 time.Time, accepted int) (Percentiles, time.Time) {
 	var lat []float64
 	var lastStart, lastDone time.Time
 	for _, row := range rows {
@@ -412,22 +472,9 @@ func (b *Bench) latency(ctx context.Context) Result {
 	p := Summarize(lat)
 	r.setPercentiles(p)
 	if !lastDone.IsZero() {
-		r.E2EJobsPerS = Rate(len(ids), lastDone.Sub(t0))
+		r.E2EJobsPerS = Rate(accepted, lastDone.Sub(t0))
 	}
-	rt := Summarize(rtts)
-	keptUp := offered >= 0.98*float64(rate) && failures == 0 && p.P99 < 1000
-	notes = append(notes,
-		fmt.Sprintf("kept up: %v (offered %.0f jobs/s against %d target, pacer max %.0f ms behind schedule, %d submissions failed; last start %.0f ms after the last submission)",
-			keptUp, offered, rate, Ms(maxBehind), failures, Ms(lastStart.Sub(sentAll))),
-		"p*_ms: created_at (request received) → started_at, from the status projection",
-		fmt.Sprintf("client POST round trip p50 %.1f p99 %.1f max %.1f ms", rt.P50, rt.P99, rt.Max))
-	if firstErr != nil {
-		notes = append(notes, "first submit error: "+firstErr.Error())
-	}
-	accounted, _ := b.account(ctx, &r, before.Kafka, false, padIDs(ids, n), rows)
-	notes = append(notes, accounted...)
-	r.Notes = strings.Join(append(notes, b.noise), "; ")
-	return r
+	return p, lastStart
 }
 
 // batchRun is what submitting a workload in batches and waiting for it left.
@@ -646,38 +693,13 @@ func (b *Bench) auditExport(ctx context.Context) Result {
 	r := Result{System: "ferry", Workload: "audit-export", N: n}
 	var notes []string
 	if b.enqN < n {
-		// No throughput run to export: enqueue the rows' jobs first.
-		tag := b.tag("audit")
-		from := time.Now().Add(-time.Second)
-		var ids []string
-		for left := n; left > 0; left -= 1000 {
-			jobs := make([]jobReq, min(1000, left))
-			for i := range jobs {
-				jobs[i] = jobReq{"type": "noop", "tags": []string{tag}}
-			}
-			got, err := b.submitBatch(ctx, jobs)
-			if err != nil {
-				notes = append(notes, "seed: "+err.Error())
-			}
-			ids = append(ids, got...)
-		}
-		b.enqFrom, b.enqTo, b.enqN = from, time.Now().Add(time.Second), len(ids)
+		notes = append(notes, b.seedAudit(ctx, n)...)
 	}
-	// Wait for the audit projection to hold every enqueued row of the window.
-	deadline := time.Now().Add(b.timeout)
-	var have int
-	for {
-		var err error
-		have, err = b.probe.auditRows(ctx, "enqueued", b.enqFrom, b.enqTo)
-		if err != nil {
-			r.skipped = true
-			r.Notes = "skipped: cannot count audit rows: " + err.Error()
-			return r
-		}
-		if have >= b.enqN || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(500 * time.Millisecond)
+	have, err := b.waitAuditRows(ctx)
+	if err != nil {
+		r.skipped = true
+		r.Notes = "skipped: cannot count audit rows: " + err.Error()
+		return r
 	}
 	q := url.Values{"format": {"ndjson"}, "type": {"enqueued"},
 		"from": {b.enqFrom.UTC().Format(time.RFC3339Nano)}, "to": {b.enqTo.UTC().Format(time.RFC3339Nano)}}
@@ -687,55 +709,101 @@ func (b *Bench) auditExport(ctx context.Context) Result {
 	base := RSSMB(b.t.PID)
 	rss := SampleRSS(b.t.PID, 20*time.Millisecond)
 	t0 := time.Now()
-	resp, err := b.client.Do(req)
+	x, err := b.export(req)
+	r.RSSMB = rss.Stop()
 	if err != nil {
-		rss.Stop()
 		r.skipped = true
 		r.Notes = "skipped: " + err.Error()
 		return r
 	}
+	d := time.Since(t0)
+	r.E2EJobsPerS = Rate(x.rows, d)
+	r.MaxMs = round(Ms(d), 1)
+	if x.readErr != nil {
+		notes = append(notes, "read: "+x.readErr.Error())
+	}
+	if x.rows != n {
+		notes = append(notes, fmt.Sprintf("exported %d rows, expected %d (audit projection held %d)", x.rows, n, have))
+	}
+	notes = append(notes, fmt.Sprintf("rows/s in e2e_jobs_per_s: %d rows, %.1f MB NDJSON in %.2f s (first row after %.0f ms); max_ms = whole export; rss_mb = peak VmRSS during the export, %.1f MiB before",
+		x.rows, float64(x.bytes)/1e6, d.Seconds(), Ms(x.firstRow.Sub(t0)), base))
+	r.Notes = strings.Join(append(notes, b.noise), "; ")
+	return r
+}
+
+// seedAudit submits n jobs when no throughput run left rows to export.
+func (b *Bench) seedAudit(ctx context.Context, n int) []string {
+	var notes []string
+	tag := b.tag("audit")
+	from := time.Now().Add(-time.Second)
+	var ids []string
+	for left := n; left > 0; left -= 1000 {
+		jobs := make([]jobReq, min(1000, left))
+		for i := range jobs {
+			jobs[i] = jobReq{"type": "noop", "tags": []string{tag}}
+		}
+		got, err := b.submitBatch(ctx, jobs)
+		if err != nil {
+			notes = append(notes, "seed: "+err.Error())
+		}
+		ids = append(ids, got...)
+	}
+	b.enqFrom, b.enqTo, b.enqN = from, time.Now().Add(time.Second), len(ids)
+	return notes
+}
+
+// waitAuditRows waits (up to the workload timeout) for the audit projection
+// to hold every enqueued row of the export window; it returns how many it holds.
+func (b *Bench) waitAuditRows(ctx context.Context) (int, error) {
+	deadline := time.Now().Add(b.timeout)
+	for {
+		have, err := b.probe.auditRows(ctx, "enqueued", b.enqFrom, b.enqTo)
+		if err != nil || have >= b.enqN || time.Now().After(deadline) {
+			return have, err
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// exported is what reading an NDJSON export counted.
+type exported struct {
+	rows, bytes int
+	firstRow    time.Time
+	readErr     error // the body broke off
+}
+
+// export runs req and counts the rows of its NDJSON body as they stream.
+func (b *Bench) export(req *http.Request) (exported, error) {
+	resp, err := b.client.Do(req)
+	if err != nil {
+		return exported{}, err
+	}
+	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		raw, _ := io.ReadAll(io.LimitReader(resp.Body, 300))
-		resp.Body.Close()
-		rss.Stop()
-		r.skipped = true
-		r.Notes = fmt.Sprintf("skipped: GET /v1/audit/export: HTTP %d: %s", resp.StatusCode, raw)
-		return r
+		return exported{}, fmt.Errorf("GET /v1/audit/export: HTTP %d: %s", resp.StatusCode, raw)
 	}
+	var x exported
 	br := bufio.NewReaderSize(resp.Body, 1<<20)
-	rows, bytesRead := 0, 0
-	var firstRow time.Duration
 	for {
 		line, err := br.ReadSlice('\n')
-		bytesRead += len(line)
+		x.bytes += len(line)
 		if len(line) > 0 && line[len(line)-1] == '\n' {
-			if rows == 0 {
-				firstRow = time.Since(t0)
+			if x.rows == 0 {
+				x.firstRow = time.Now()
 			}
-			rows++
+			x.rows++
 		}
 		if errors.Is(err, bufio.ErrBufferFull) {
 			continue
 		}
+		if err != nil && !errors.Is(err, io.EOF) {
+			x.readErr = err
+		}
 		if err != nil {
-			if !errors.Is(err, io.EOF) {
-				notes = append(notes, "read: "+err.Error())
-			}
-			break
+			return x, nil
 		}
 	}
-	resp.Body.Close()
-	d := time.Since(t0)
-	r.RSSMB = rss.Stop()
-	r.E2EJobsPerS = Rate(rows, d)
-	r.MaxMs = round(Ms(d), 1)
-	if rows != n {
-		notes = append(notes, fmt.Sprintf("exported %d rows, expected %d (audit projection held %d)", rows, n, have))
-	}
-	notes = append(notes, fmt.Sprintf("rows/s in e2e_jobs_per_s: %d rows, %.1f MB NDJSON in %.2f s (first row after %.0f ms); max_ms = whole export; rss_mb = peak VmRSS during the export, %.1f MiB before",
-		rows, float64(bytesRead)/1e6, d.Seconds(), Ms(firstRow), base))
-	r.Notes = strings.Join(append(notes, b.noise), "; ")
-	return r
 }
 
 // --- profiles ---------------------------------------------------------
