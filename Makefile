@@ -19,7 +19,7 @@ dev:
 test:
 	scripts/test.sh
 
-## bench: the workloads of BENCH.md against a fresh `ferry dev` (narrow with
+## bench: the workloads of docs/benchmark.md against a fresh `ferry dev` (narrow with
 ##        BENCH_FLAGS='-quick' or '-workloads latency,retry'), then River and
 ##        Asynq through ../shared/peers when present (BENCH_FLAGS=-peers=- to
 ##        skip), and one table of Ferry beside them; results are appended to

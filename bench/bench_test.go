@@ -48,7 +48,7 @@ func TestRate(t *testing.T) {
 	}
 }
 
-// The stdout line has exactly BENCH.md's fields, in its order.
+// The stdout line has exactly docs/benchmark.md's fields, in its order.
 func TestLineShape(t *testing.T) {
 	r := Result{System: "ferry", Workload: "latency", N: 20000, P99Ms: 4.2, Notes: "x"}
 	r.extraRecords = map[string]any{"counters": 1}
@@ -94,7 +94,7 @@ func TestSizes(t *testing.T) {
 		t.Errorf("quick sizes = %+v", q)
 	}
 	if FullSizes.Scaled(1) != FullSizes {
-		t.Error("scale 1 must keep BENCH.md's sizes")
+		t.Error("scale 1 must keep docs/benchmark.md's sizes")
 	}
 }
 

@@ -1,4 +1,4 @@
-// Command bench runs the workloads of BENCH.md against Ferry and prints one
+// Command bench runs the workloads of docs/benchmark.md against Ferry and prints one
 // JSON line per workload; it appends them to bench/results/<date>-<commit>.jsonl.
 //
 // By default it builds ./cmd/ferry, starts `ferry dev` as a child process
@@ -7,7 +7,7 @@
 // runs the workloads in order and stops the stack. With -url it targets a
 // running stack instead (then -key, -postgres and -kafka are needed too).
 //
-//	go run ./bench                       # everything, full size (BENCH.md)
+//	go run ./bench                       # everything, full size (docs/benchmark.md)
 //	go run ./bench -quick                # 10× smaller smoke run
 //	go run ./bench -workloads latency,retry
 package main
@@ -32,7 +32,7 @@ import (
 	"time"
 )
 
-// Workloads are BENCH.md's, in the order they run.
+// Workloads are docs/benchmark.md's, in the order they run.
 //
 // sse-idle runs first, so the memory it measures is that of the streams on a
 // fresh process rather than what earlier workloads left in the heap;
@@ -60,7 +60,7 @@ func parseOptions(args []string, stderr io.Writer) (options, bool) {
 	fs.StringVar(&o.workloads, "workloads", strings.Join(Workloads, ","), "comma-separated workloads to run")
 	fs.BoolVar(&o.quick, "quick", false, "scale every workload down 10× (smoke test)")
 	fs.IntVar(&o.scale, "scale", 1, "divide every workload's size by this (like -quick, any factor)")
-	fs.IntVar(&o.nThrough, "n-throughput", 0, "jobs of the throughput workload (0: BENCH.md's)")
+	fs.IntVar(&o.nThrough, "n-throughput", 0, "jobs of the throughput workload (0: docs/benchmark.md's)")
 	fs.IntVar(&o.clients, "clients", 4, "concurrent batch clients of the throughput workload")
 	fs.StringVar(&o.apiURL, "url", "", "target a running stack at this base URL instead of starting ferry dev")
 	fs.StringVar(&o.key, "key", "", "API key of the running stack (with -url)")
@@ -167,7 +167,7 @@ func runFerry(ctx context.Context, o options, want map[string]bool, root string,
 	}
 	b := newBench(t, probe, sizes, o, stderr)
 	if !b.runAll(ctx, want, info, out, stdout) {
-		fmt.Fprintln(stderr, "bench: a workload lost or duplicated jobs: a failed run (BENCH.md)")
+		fmt.Fprintln(stderr, "bench: a workload lost or duplicated jobs: a failed run (docs/benchmark.md)")
 		return name, 1
 	}
 	return name, 0
@@ -277,7 +277,7 @@ func (b *Bench) runAll(ctx context.Context, want map[string]bool, info RunInfo, 
 			continue
 		}
 		// Each workload starts on a settled pipeline: the projections have
-		// applied the previous workload's records (BENCH.md measures each
+		// applied the previous workload's records (docs/benchmark.md measures each
 		// workload on its own; River and Asynq have no projections).
 		waited, lag, err := b.probe.settle(ctx, 3*time.Minute)
 		settled := fmt.Sprintf("started after %.1f s waiting for the projections to catch up (lag %d records)", waited.Seconds(), lag)

@@ -90,7 +90,7 @@ func freeAddr() (string, error) {
 }
 
 // startDev runs `ferry dev` with its data in a fresh directory, every port
-// free, worker concurrency as BENCH.md says, and waits for the banner and
+// free, worker concurrency as docs/benchmark.md says, and waits for the banner and
 // /readyz.
 func startDev(ctx context.Context, bin, dataDir string, env []string, logw io.Writer) (*Target, error) {
 	// Postgres runs as the postgres OS user when we are root: every

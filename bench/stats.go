@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// Result is one workload's figures: the JSON line BENCH.md names, in its order.
+// Result is one workload's figures: the JSON line docs/benchmark.md names, in its order.
 type Result struct {
 	System       string  `json:"system"`
 	Workload     string  `json:"workload"`
@@ -26,13 +26,13 @@ type Result struct {
 	extraRecords map[string]any
 }
 
-// Line is the JSON line of r as BENCH.md shapes it (stdout).
+// Line is the JSON line of r as docs/benchmark.md shapes it (stdout).
 func (r Result) Line() []byte {
 	b, _ := json.Marshal(r)
 	return b
 }
 
-// FileLine is the line appended to bench/results: the BENCH.md fields plus
+// FileLine is the line appended to bench/results: the docs/benchmark.md fields plus
 // the run's commit, machine and time, so every line stands alone.
 func (r Result) FileLine(run RunInfo) []byte {
 	m := map[string]any{}

@@ -7,7 +7,7 @@ import (
 )
 
 // Duration is a time.Duration that travels as a Go duration string
-// ("500ms", "2s", "1h30m") in JSON, as DESIGN.md §6 fixes for the wire.
+// ("500ms", "2s", "1h30m") in JSON, as docs/design.md §6 fixes for the wire.
 type Duration time.Duration
 
 // D returns the value as a time.Duration.

@@ -9,7 +9,7 @@ import (
 // SSE "event:" lines and webhook filters.
 type EventType string
 
-// The lifecycle events of DESIGN.md §2.
+// The lifecycle events of docs/design.md §2.
 const (
 	EventEnqueued  EventType = "enqueued"
 	EventStarted   EventType = "started"
@@ -43,7 +43,7 @@ const (
 )
 
 // ErrorClass says why an attempt failed and so what the scheduler does next
-// (DESIGN.md §3).
+// (docs/design.md §3).
 type ErrorClass string
 
 // The failure classes.

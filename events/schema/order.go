@@ -3,7 +3,7 @@ package schema
 // Status is a job's state as the projections and the HTTP API show it.
 type Status string
 
-// The job statuses of DESIGN.md §3.
+// The job statuses of docs/design.md §3.
 const (
 	StatusQueued    Status = "queued"
 	StatusScheduled Status = "scheduled"

@@ -8,7 +8,7 @@ import (
 	"github.com/ferryhq/ferry/services/api/internal/status"
 )
 
-// Job is the job resource of DESIGN.md §6.
+// Job is the job resource of docs/design.md §6.
 type Job struct {
 	ID           string          `json:"id"`
 	TenantID     string          `json:"tenant_id"`

@@ -76,7 +76,7 @@ func utc(t *time.Time) *time.Time {
 	return &u
 }
 
-// Job is the part of the job resource (DESIGN.md §6) a re-drive knows: the
+// Job is the part of the job resource (docs/design.md §6) a re-drive knows: the
 // new job as it was enqueued. GET /v1/jobs/{id} has its live status.
 type Job struct {
 	ID           string          `json:"id"`

@@ -1,4 +1,4 @@
-// Package scheduler is Ferry's scheduler service (DESIGN.md §4).
+// Package scheduler is Ferry's scheduler service (docs/design.md §4).
 //
 // It consumes the lifecycle topics (enqueued, started, progress, completed,
 // failed, cancelled) and worker announcements (ferry.workers) in the consumer

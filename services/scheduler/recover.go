@@ -15,7 +15,7 @@ import (
 	"github.com/ferryhq/ferry/services/scheduler/internal/qstore"
 )
 
-// Redis is a hot index, not the source of truth (DESIGN.md §4). The state
+// Redis is a hot index, not the source of truth (docs/design.md §4). The state
 // is complete only while the epoch key exists: a scheduler writes it after
 // rebuilding, and both Lua scripts refuse to run without it. So a Redis that
 // restarted empty or was flushed is noticed by the next script call (or the

@@ -1,4 +1,4 @@
-// Package submit validates job submissions (DESIGN.md §3) and turns them
+// Package submit validates job submissions (docs/design.md §3) and turns them
 // into the job specification that travels in the enqueued event. It is pure:
 // the clock and the limits are passed in.
 package submit
@@ -61,7 +61,7 @@ type Limits struct {
 	MaxAttemptsByType map[string]int
 }
 
-// Limits of DESIGN.md §3 that are not configurable.
+// Limits of docs/design.md §3 that are not configurable.
 const (
 	DefaultQueue       = "default"
 	DefaultPriority    = 5

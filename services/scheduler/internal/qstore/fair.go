@@ -1,6 +1,6 @@
 package qstore
 
-// Fair share across tenants (DESIGN.md §4, docs/tenancy.md "Fair share").
+// Fair share across tenants (docs/design.md §4, docs/tenancy.md "Fair share").
 //
 // Within a pool, tenants are ordered by virtual time: the slot-time
 // (worker-milliseconds) they were charged, divided by their weight.

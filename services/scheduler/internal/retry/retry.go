@@ -1,4 +1,4 @@
-// Package retry is the scheduler's retry policy (DESIGN.md §3): given a
+// Package retry is the scheduler's retry policy (docs/design.md §3): given a
 // failed attempt, it decides whether the job is retried (and after how
 // long), re-dispatched, dead-lettered or left alone. It is pure domain code:
 // no I/O, and randomness comes from an injected source.
@@ -96,7 +96,7 @@ type Decision struct {
 	Why string
 }
 
-// Decide applies DESIGN.md §3:
+// Decide applies docs/design.md §3:
 //
 //   - app_error: retry after Backoff(n) while attempts remain;
 //   - retryable: retry after max(retry_after, Backoff(n)) while attempts
