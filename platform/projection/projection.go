@@ -44,10 +44,11 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
 	return quarantine.Migrate(ctx, pool)
 }
 
-// ApplyFunc writes one batch of records inside tx. It must be idempotent per
-// record (a batch may be re-applied after a crash before commit is
-// impossible, but a record may legitimately be delivered twice by
-// producers), and should skip records it cannot decode rather than fail.
+// ApplyFunc writes one batch of records inside tx; Run commits tx together
+// with the batch's next offsets, so a batch is applied exactly once even
+// across crashes. It must still be idempotent per record: producers retry,
+// so the same event (same ce_id) may be in the log twice. It should skip
+// records it cannot decode rather than fail.
 // Returning an error retries the batch; an error quarantine.IsPoison
 // accepts (a Postgres data or constraint error, or one marked with
 // quarantine.Poison) leads, after quarantine.MaxTries, to the batch being
