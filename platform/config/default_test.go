@@ -5,11 +5,38 @@ import (
 	"time"
 )
 
-func TestDefault(t *testing.T) {
-	d, n := time.Duration(0), 7
-	Default(&d, time.Second)
-	Default(&n, 3)
-	if d != time.Second || n != 7 {
-		t.Fatalf("Default: d=%v (want 1s, was zero), n=%d (want 7, was set)", d, n)
+func TestDefaultVar(t *testing.T) {
+	var d time.Duration
+	DefaultVar(&d, "FERRY_SHUTDOWN_TIMEOUT")
+	if d != 30*time.Second {
+		t.Fatalf("duration default = %v, want 30s", d)
+	}
+	n := 0
+	DefaultVar(&n, "FERRY_POSTGRES_MAX_CONNS")
+	if n != 16 {
+		t.Fatalf("int default = %d, want 16", n)
+	}
+	s := ""
+	DefaultVar(&s, "FERRY_TOPIC_PREFIX")
+	if s != "ferry." {
+		t.Fatalf("string default = %q", s)
+	}
+	set := 7
+	DefaultVar(&set, "FERRY_POSTGRES_MAX_CONNS")
+	if set != 7 {
+		t.Fatalf("a set field was overwritten: %d", set)
+	}
+	for name, f := range map[string]func(){
+		"undeclared": func() { var x int; DefaultVar(&x, "FERRY_NOT_A_VARIABLE") },
+		"unparsable": func() { var x int; DefaultVar(&x, "FERRY_TOPIC_PREFIX") },
+	} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("%s: DefaultVar did not panic", name)
+				}
+			}()
+			f()
+		}()
 	}
 }

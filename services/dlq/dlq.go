@@ -88,12 +88,12 @@ type Config struct {
 
 // WithDefaults returns c with zero fields set to their defaults.
 func (c Config) WithDefaults() Config {
-	config.Default(&c.Retention, 720*time.Hour)
+	config.DefaultVar(&c.Retention, "FERRY_DLQ_RETENTION")
 	config.Default(&c.RetentionInterval, time.Minute)
 	config.Default(&c.ClaimTTL, 30*time.Second)
 	config.Default(&c.ProduceTimeout, 10*time.Second)
 	config.Default(&c.ClaimWait, 5*time.Second)
-	config.Default(&c.RedriveRate, 500)
+	config.DefaultVar(&c.RedriveRate, "FERRY_DLQ_REDRIVE_RATE")
 	config.Default(&c.BulkBatch, 500)
 	config.Default(&c.BulkMax, 10000)
 	config.Default(&c.MaxPayloadBytes, 262144)

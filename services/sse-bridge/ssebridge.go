@@ -97,18 +97,18 @@ type Config struct {
 
 // WithDefaults returns c with zero fields set to their defaults.
 func (c Config) WithDefaults() Config {
-	config.Default(&c.Retention, 24*time.Hour)
-	config.Default(&c.KeepAlive, 15*time.Second)
+	config.DefaultVar(&c.Retention, "FERRY_SSE_RETENTION")
+	config.DefaultVar(&c.KeepAlive, "FERRY_SSE_KEEPALIVE")
 	config.Default(&c.WriteTimeout, 10*time.Second)
 	config.Default(&c.JobGrace, 2*time.Second)
-	config.Default(&c.OrderHold, 3*time.Second)
+	config.DefaultVar(&c.OrderHold, "FERRY_SSE_ORDER_HOLD")
 	config.Default(&c.Poll, 100*time.Millisecond)
 	config.Default(&c.PruneInterval, time.Minute)
-	config.Default(&c.Buffer, 256)
+	config.DefaultVar(&c.Buffer, "FERRY_SSE_BUFFER")
 	config.Default(&c.MaxLag, 8*c.Buffer)
 	config.Default(&c.ProjectionBatch, 2000)
-	config.Default(&c.MaxStreams, 100)
-	config.Default(&c.KeyCheck, 2*time.Second)
+	config.DefaultVar(&c.MaxStreams, "FERRY_SSE_MAX_STREAMS")
+	config.DefaultVar(&c.KeyCheck, "FERRY_SSE_KEY_CHECK")
 	if c.Now == nil {
 		c.Now = time.Now
 	}

@@ -120,22 +120,22 @@ type Config struct {
 
 // WithDefaults returns c with zero fields set to their defaults.
 func (c Config) WithDefaults() Config {
-	config.Default(&c.Timeout, 10*time.Second)
+	config.DefaultVar(&c.Timeout, "FERRY_WEBHOOKS_TIMEOUT")
 	if len(c.Backoff) == 0 {
 		c.Backoff = policy.DefaultSchedule
 	}
 	config.Default(&c.Jitter, 0.2)
-	config.Default(&c.Concurrency, 64)
-	config.Default(&c.EndpointConcurrency, 4)
-	config.Default(&c.DisableAfter, 24*time.Hour)
-	config.Default(&c.SecretGrace, 24*time.Hour)
+	config.DefaultVar(&c.Concurrency, "FERRY_WEBHOOKS_CONCURRENCY")
+	config.DefaultVar(&c.EndpointConcurrency, "FERRY_WEBHOOKS_ENDPOINT_CONCURRENCY")
+	config.DefaultVar(&c.DisableAfter, "FERRY_WEBHOOKS_DISABLE_AFTER")
+	config.DefaultVar(&c.SecretGrace, "FERRY_WEBHOOKS_SECRET_GRACE")
 	config.Default(&c.CacheRefresh, 5*time.Second)
 	config.Default(&c.Poll, 250*time.Millisecond)
 	config.Default(&c.MaxBatch, 2000)
-	config.Default(&c.Retention, 720*time.Hour)
+	config.DefaultVar(&c.Retention, "FERRY_WEBHOOKS_RETENTION")
 	config.Default(&c.RetentionInterval, time.Minute)
 	config.Default(&c.RetentionChunk, 1000)
-	config.Default(&c.MaxEndpoints, 50)
+	config.DefaultVar(&c.MaxEndpoints, "FERRY_WEBHOOKS_MAX_ENDPOINTS")
 	if c.Now == nil {
 		c.Now = time.Now
 	}
