@@ -68,17 +68,7 @@ func (b *bundle) do(t *testing.T, key, method, path string, body any) resp {
 
 func eventually(t *testing.T, f func() error) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal(err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testenv.Eventually(t, 20*time.Second, f)
 }
 
 var base = time.Date(2031, 3, 1, 12, 0, 0, 0, time.UTC)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/ferryhq/ferry/platform/testenv"
 	"github.com/ferryhq/ferry/services/webhooks"
 )
 
@@ -151,17 +152,7 @@ func TestJobRowRetentionRestartsWhenSeenAgain(t *testing.T) {
 
 func waitFor(t *testing.T, f func() error) {
 	t.Helper()
-	deadline := time.Now().Add(wait)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal(err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testenv.Eventually(t, wait, f)
 }
 
 func column(t *testing.T, pg interface {
