@@ -147,4 +147,3 @@ func cleanEnv() []string {
 	}
 	return env
 }
-
