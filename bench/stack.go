@@ -124,14 +124,17 @@ func startDev(ctx context.Context, bin, dataDir string, env []string, logw io.Wr
 		return nil, err
 	}
 	t := &Target{Tenant: "default", PID: cmd.Process.Pid, Pprof: pprofAddr, cmd: cmd, exited: make(chan error, 1), data: dataDir}
+	readyCtx, stopWaiting := context.WithTimeout(ctx, 120*time.Second)
+	defer stopWaiting()
 	go func() {
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
 			fmt.Fprintln(logw, "ferry dev:", sc.Text())
 		}
 		t.exited <- cmd.Wait()
+		stopWaiting()
 	}()
-	if err := t.awaitReadyFile(ctx, readyFile, &stderr); err != nil {
+	if err := t.takeReady(readyCtx, readyFile, &stderr); err != nil {
 		return nil, err
 	}
 	deadline := time.Now().Add(60 * time.Second)
@@ -152,35 +155,23 @@ func startDev(ctx context.Context, bin, dataDir string, env []string, logw io.Wr
 	return t, nil
 }
 
-// awaitReadyFile waits for the ready file of t's process and takes the
-// stack's addresses and key from it; it fails if the process exits first.
-func (t *Target) awaitReadyFile(ctx context.Context, path string, stderr *lockedBuffer) error {
-	ctx, cancel := context.WithTimeout(ctx, 120*time.Second)
-	defer cancel()
-	type result struct {
-		r   devstack.Ready
-		err error
-	}
-	ready := make(chan result, 1)
-	go func() {
-		r, err := devstack.WaitReady(ctx, path, t.PID)
-		ready <- result{r, err}
-	}()
-	select {
-	case res := <-ready:
-		if res.err != nil {
+// takeReady waits for the ready file of t's process and takes the stack's
+// addresses and key from it; the caller cancels ctx when the process exits.
+func (t *Target) takeReady(ctx context.Context, path string, stderr *lockedBuffer) error {
+	r, err := devstack.WaitReady(ctx, path, t.PID)
+	if err != nil {
+		select {
+		case werr := <-t.exited:
+			log, _ := os.ReadFile(filepath.Join(t.data, "ferry.log"))
+			return fmt.Errorf("ferry dev exited before it was ready: %v\nstderr:\n%s\nlog tail:\n%s", werr, stderr.String(), tail(log, 4000))
+		default:
 			_ = t.cmd.Process.Kill()
-			return fmt.Errorf("ferry dev: no ready file: %w\n%s", res.err, stderr.String())
+			return fmt.Errorf("ferry dev: no ready file: %w\n%s", err, stderr.String())
 		}
-		r := res.r
-		t.API, t.Key, t.Tenant = r.APIURL, r.APIKey, r.Tenant
-		t.Kafka, t.Postgres, t.Redis = strings.Join(r.KafkaBrokers, ","), r.PostgresURL, r.RedisURL
-		return nil
-	case err := <-t.exited:
-		cancel()
-		log, _ := os.ReadFile(filepath.Join(t.data, "ferry.log"))
-		return fmt.Errorf("ferry dev exited before it was ready: %v\nstderr:\n%s\nlog tail:\n%s", err, stderr.String(), tail(log, 4000))
 	}
+	t.API, t.Key, t.Tenant = r.APIURL, r.APIKey, r.Tenant
+	t.Kafka, t.Postgres, t.Redis = strings.Join(r.KafkaBrokers, ","), r.PostgresURL, r.RedisURL
+	return nil
 }
 
 // Stop sends Ctrl-C to a stack this program started and waits for it.

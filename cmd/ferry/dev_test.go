@@ -56,34 +56,27 @@ func startDev(t *testing.T, bin, dataDir, readyFile string, args ...string) *dev
 		t.Fatal(err)
 	}
 	p := &devProcess{cmd: cmd, exited: make(chan error, 1)}
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
 	go func() {
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
 			t.Log("ferry dev:", sc.Text())
 		}
 		p.exited <- cmd.Wait()
+		cancel() // stop waiting for the ready file
 	}()
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	type result struct {
-		r   devstack.Ready
-		err error
-	}
-	ready := make(chan result, 1)
-	go func() {
-		r, err := devstack.WaitReady(ctx, readyFile, cmd.Process.Pid)
-		ready <- result{r, err}
-	}()
-	select {
-	case res := <-ready:
-		if res.err != nil {
+	ready, err := devstack.WaitReady(ctx, readyFile, cmd.Process.Pid)
+	if err != nil {
+		select {
+		case werr := <-p.exited:
+			t.Fatalf("ferry dev exited before it was ready: %v\nstderr:\n%s\nlog:\n%s", werr, stderr.String(), readFile(dataDir, "ferry.log"))
+		default:
 			_ = cmd.Process.Kill()
-			t.Fatalf("ferry dev wrote no ready file %s: %v\nstderr:\n%s", readyFile, res.err, stderr.String())
+			t.Fatalf("ferry dev wrote no ready file %s: %v\nstderr:\n%s", readyFile, err, stderr.String())
 		}
-		p.ready = res.r
-	case err := <-p.exited:
-		t.Fatalf("ferry dev exited before it was ready: %v\nstderr:\n%s\nlog:\n%s", err, stderr.String(), readFile(dataDir, "ferry.log"))
 	}
+	p.ready = ready
 	p.api, p.kafka, p.devKey = p.ready.APIURL, strings.Join(p.ready.KafkaBrokers, ","), p.ready.APIKey
 	return p
 }

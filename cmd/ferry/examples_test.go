@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
@@ -11,7 +10,6 @@ import (
 	"reflect"
 	"regexp"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 
@@ -31,24 +29,6 @@ func buildExample(t *testing.T, dir, name string) string {
 		t.Fatalf("go build ./examples/%s: %v\n%s", name, err, out)
 	}
 	return bin
-}
-
-// syncBuffer is a bytes.Buffer a child process writes while the test reads.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // TestExampleApp runs the example app of examples/ as a user would beside
@@ -79,10 +59,13 @@ func TestExampleApp(t *testing.T) {
 	}
 
 	// The worker, with nothing of the stack in its environment but the file.
-	var workerLog syncBuffer
+	workerLog, err := os.Create(filepath.Join(t.TempDir(), "worker.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	worker := exec.Command(workerBin, "-dev", readyFile)
 	worker.Env = cleanEnv()
-	worker.Stdout, worker.Stderr = &workerLog, &workerLog
+	worker.Stdout, worker.Stderr = workerLog, workerLog
 	worker.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := worker.Start(); err != nil {
 		t.Fatal(err)
@@ -90,7 +73,9 @@ func TestExampleApp(t *testing.T) {
 	t.Cleanup(func() {
 		_ = worker.Process.Signal(syscall.SIGTERM)
 		_ = worker.Wait()
-		t.Logf("example worker log:\n%s", workerLog.String())
+		log, _ := os.ReadFile(workerLog.Name())
+		workerLog.Close()
+		t.Logf("example worker log:\n%s", log)
 	})
 
 	first := runSubmit(t, submitBin, readyFile, "example-app-1")

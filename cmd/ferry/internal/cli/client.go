@@ -96,20 +96,36 @@ func (r *runner) fail(err error) int {
 	return exitError
 }
 
-// plain renders a JSON value for humans: strings unquoted, lists of strings
-// joined with "; ", anything else as compact JSON.
+// plain renders a JSON value for humans: a string unquoted, a list of
+// strings joined with "; ", anything else as compact JSON.
 func plain(raw []byte) string {
-	var s string
-	if json.Unmarshal(raw, &s) == nil {
-		return s
+	var v any
+	if err := json.Unmarshal(raw, &v); err != nil {
+		return string(raw)
 	}
-	var ss []string
-	if json.Unmarshal(raw, &ss) == nil {
-		return strings.Join(ss, "; ")
+	switch v := v.(type) {
+	case string:
+		return v
+	case []any:
+		if ss, ok := allStrings(v); ok {
+			return strings.Join(ss, "; ")
+		}
 	}
 	var buf bytes.Buffer
 	if json.Compact(&buf, raw) == nil {
 		return buf.String()
 	}
 	return string(raw)
+}
+
+func allStrings(vs []any) ([]string, bool) {
+	out := make([]string, 0, len(vs))
+	for _, v := range vs {
+		s, ok := v.(string)
+		if !ok {
+			return nil, false
+		}
+		out = append(out, s)
+	}
+	return out, true
 }
