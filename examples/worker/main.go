@@ -80,19 +80,12 @@ func main() {
 	}))
 }
 
-// joinDev sets the variables of the ready file that the environment does
-// not set already, so service.Main connects to that `ferry dev`.
+// joinDev makes the environment that of the `ferry dev` whose ready file
+// is path: service.Main then connects to its Kafka, Postgres and Redis.
 func joinDev(path string) error {
 	r, err := devstack.ReadReady(path)
 	if err != nil {
 		return err
 	}
-	for k, v := range r.Env {
-		if _, set := os.LookupEnv(k); !set {
-			if err := os.Setenv(k, v); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
+	return r.Setenv()
 }

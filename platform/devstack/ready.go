@@ -82,6 +82,22 @@ func (r Ready) JoinEnv(replication, minInsync, partitions int, outboundAllow str
 	return env
 }
 
+// Setenv sets each variable of r.Env that the environment does not set
+// already, so that a process of your own started with only the ready file
+// (service.Main reads the environment) joins the stack, while a variable
+// set by hand still wins.
+func (r Ready) Setenv() error {
+	for k, v := range r.Env {
+		if _, set := os.LookupEnv(k); set {
+			continue
+		}
+		if err := os.Setenv(k, v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // WriteReady writes r as JSON to jsonPath and, when envPath is not empty,
 // as `export NAME='value'` lines of r.Env to envPath. Each file is written
 // to a temporary file (mode 0600) and renamed into place, so a reader never

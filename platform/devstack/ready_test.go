@@ -48,3 +48,17 @@ func TestReadyFileRoundTrip(t *testing.T) {
 		t.Fatalf("WaitReady: %+v, %v", got, err)
 	}
 }
+
+// Setenv fills in what the environment lacks and leaves what it sets.
+func TestReadySetenv(t *testing.T) {
+	t.Setenv("FERRY_TEST_READY_A", "mine")
+	t.Setenv("FERRY_TEST_READY_B", "") // registers the restore
+	os.Unsetenv("FERRY_TEST_READY_B")
+	r := Ready{Env: map[string]string{"FERRY_TEST_READY_A": "theirs", "FERRY_TEST_READY_B": "theirs"}}
+	if err := r.Setenv(); err != nil {
+		t.Fatal(err)
+	}
+	if a, b := os.Getenv("FERRY_TEST_READY_A"), os.Getenv("FERRY_TEST_READY_B"); a != "mine" || b != "theirs" {
+		t.Fatalf("A=%q B=%q, want mine and theirs", a, b)
+	}
+}
