@@ -102,8 +102,13 @@ func tsWorkdir(t *testing.T) string {
 	modules := tsDeps(t)
 	root := t.TempDir()
 	work := filepath.Join(root, "clients", "typescript")
-	for _, f := range []string{"package.json", "package-lock.json", "tsconfig.json", "src/index.ts", "src/schema.d.ts", "test/e2e.ts"} {
+	for _, f := range []string{"package.json", "package-lock.json", "tsconfig.json"} {
 		copyFile(t, filepath.Join(tsClientDir, f), filepath.Join(work, f))
+	}
+	for _, dir := range []string{"src", "test"} {
+		if err := os.CopyFS(filepath.Join(work, dir), os.DirFS(filepath.Join(tsClientDir, dir))); err != nil {
+			t.Fatal(err)
+		}
 	}
 	copyFile(t, openAPIFile, filepath.Join(root, "services", "api", "openapi.json"))
 	if err := os.Symlink(modules, filepath.Join(work, "node_modules")); err != nil {
