@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -44,7 +43,6 @@ type Target struct {
 const pprofOverlay = `package main
 
 import (
-	"net/http"
 	_ "net/http/pprof"
 	"os"
 )
@@ -90,7 +88,7 @@ func freeAddr() (string, error) {
 
 // startDev runs `ferry dev` with its data in a fresh directory, every port
 // free, worker concurrency as docs/performance.md says, and waits for its
-// ready file and /readyz.
+// ready file (written once /readyz answers 200).
 func startDev(ctx context.Context, bin, dataDir string, env []string, logw io.Writer) (*Target, error) {
 	// Postgres runs as the postgres OS user when we are root: every
 	// directory above its data directory must be searchable.
@@ -136,21 +134,6 @@ func startDev(ctx context.Context, bin, dataDir string, env []string, logw io.Wr
 	}()
 	if err := t.takeReady(readyCtx, readyFile, &stderr); err != nil {
 		return nil, err
-	}
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		resp, err := http.Get(t.API + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				break
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Stop()
-			return nil, errors.New("ferry dev: /readyz not 200 within 60s")
-		}
-		time.Sleep(100 * time.Millisecond)
 	}
 	return t, nil
 }

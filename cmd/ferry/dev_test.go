@@ -148,14 +148,15 @@ func TestDev(t *testing.T) {
 		}
 	}()
 
-	waitFor(t, 30*time.Second, "readyz 200", func() bool {
-		resp, err := http.Get(dev.api + "/readyz")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	})
+	// The ready file is written once /readyz answers 200.
+	resp, err := http.Get(dev.api + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("readyz %d after the ready file was written", resp.StatusCode)
+	}
 
 	code, job := dev.do(t, "POST", "/v1/jobs", `{"type":"noop","payload":{"hello":"kcat"}}`)
 	if code != http.StatusAccepted {

@@ -20,7 +20,8 @@ const ReadyVersion = 1
 // Ready describes a running `ferry dev`: everything a client, a worker of
 // your own, a benchmark or a test needs to reach it. `ferry dev` writes it
 // as JSON (FERRY_DATA_DIR/dev.json, or --ready-file) and as a shell file of
-// exports (dev.env) once it serves, and removes both when it stops.
+// exports (dev.env) once its /readyz answers 200, and removes both when it
+// stops: the file appearing is the signal that the stack takes work.
 //
 // The file holds secrets (the admin key, the dev tenant's API key and the
 // key that opens stored signing secrets), so it is written with mode 0600.

@@ -11,6 +11,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -30,7 +31,7 @@ const DefaultTenant = "default"
 
 const usage = `Usage: ferry dev [--ready-file PATH] [--env-file PATH]
 
-Runs the whole stack in one process. Once it serves, it writes what a client,
+Runs the whole stack in one process. Once /readyz answers 200, it writes what a client,
 a worker of your own or a test needs to join it (API URL, keys, Kafka
 brokers, Postgres and Redis URLs, FERRY_SECRET_KEY) as JSON to the ready file
 and as shell exports to the env file, both mode 0600 (they hold secrets), and
@@ -103,15 +104,42 @@ func Run(ctx context.Context, args []string, lookup func(string) (string, bool),
 	if err := auth.EnsureTenant(ctx, st.Deps.Postgres, DefaultTenant, "Default tenant (ferry dev)", keys.dev); err != nil {
 		return fmt.Errorf("bootstrap default tenant: %w", err)
 	}
+	stopped := make(chan error, 1)
+	go func() { stopped <- st.Wait() }()
+	if err := awaitReadyz(ctx, "http://"+st.Addr+"/readyz", stopped); err != nil {
+		return err
+	}
 	ready := readyOf(st.Addr, common, l, dataDir, keys)
 	if err := devstack.WriteReady(ready, opts.readyFile, opts.envFile); err != nil {
 		return fmt.Errorf("ready file: %w", err)
 	}
 	defer removeReady(opts, os.Getpid())
 	printBanner(out, ready, opts)
-	err = st.Wait()
+	err = <-stopped
 	fmt.Fprintln(out, "ferry dev: stopped")
 	return err
+}
+
+// awaitReadyz polls the stack's /readyz until it answers 200, so the ready
+// file and the banner mean the stack takes work. It returns early when the
+// stack stops or ctx ends.
+func awaitReadyz(ctx context.Context, url string, stopped <-chan error) error {
+	hc := &http.Client{Timeout: 5 * time.Second}
+	for {
+		if resp, err := hc.Get(url); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		select {
+		case err := <-stopped:
+			return errors.Join(errors.New("stopped before it was ready"), err)
+		case <-ctx.Done():
+			return <-stopped
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 func (o options) withDefaults(dataDir string) options {
