@@ -43,6 +43,7 @@ type Target struct {
 const pprofOverlay = `package main
 
 import (
+	"net/http"
 	_ "net/http/pprof"
 	"os"
 )
