@@ -9,16 +9,16 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/ferryhq/ferry/platform/devstack"
 )
 
 // Target is the Ferry stack under test.
@@ -36,8 +36,6 @@ type Target struct {
 	exited chan error
 	data   string
 }
-
-var bannerLine = regexp.MustCompile(`^\s+(API|Kafka|Postgres|Redis|Dev API key)\s+(\S+)`)
 
 // pprofOverlay is compiled into the benchmark's ferry binary through
 // `go build -overlay`, without touching the repository: it serves
@@ -90,8 +88,8 @@ func freeAddr() (string, error) {
 }
 
 // startDev runs `ferry dev` with its data in a fresh directory, every port
-// free, worker concurrency as docs/benchmark.md says, and waits for the banner and
-// /readyz.
+// free, worker concurrency as docs/benchmark.md says, and waits for its
+// ready file (written once /readyz answers 200).
 func startDev(ctx context.Context, bin, dataDir string, env []string, logw io.Writer) (*Target, error) {
 	// Postgres runs as the postgres OS user when we are root: every
 	// directory above its data directory must be searchable.
@@ -102,7 +100,8 @@ func startDev(ctx context.Context, bin, dataDir string, env []string, logw io.Wr
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(bin, "dev")
+	readyFile := filepath.Join(dataDir, "dev.json")
+	cmd := exec.Command(bin, "dev", "--ready-file", readyFile)
 	cmd.Env = append(os.Environ(),
 		"FERRY_DATA_DIR="+dataDir,
 		"FERRY_HTTP_ADDR=127.0.0.1:0",
@@ -124,58 +123,39 @@ func startDev(ctx context.Context, bin, dataDir string, env []string, logw io.Wr
 		return nil, err
 	}
 	t := &Target{Tenant: "default", PID: cmd.Process.Pid, Pprof: pprofAddr, cmd: cmd, exited: make(chan error, 1), data: dataDir}
-	found := make(chan struct{})
+	readyCtx, stopWaiting := context.WithTimeout(ctx, 120*time.Second)
+	defer stopWaiting()
 	go func() {
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
-			line := sc.Text()
-			fmt.Fprintln(logw, "ferry dev:", line)
-			if m := bannerLine.FindStringSubmatch(line); m != nil {
-				switch m[1] {
-				case "API":
-					t.API = strings.TrimSuffix(m[2], "/v1/jobs")
-				case "Kafka":
-					t.Kafka = m[2]
-				case "Postgres":
-					t.Postgres = m[2]
-				case "Redis":
-					t.Redis = m[2]
-				case "Dev API key":
-					t.Key = m[2]
-					close(found)
-				}
-			}
+			fmt.Fprintln(logw, "ferry dev:", sc.Text())
 		}
 		t.exited <- cmd.Wait()
+		stopWaiting()
 	}()
-	select {
-	case <-found:
-	case err := <-t.exited:
-		log, _ := os.ReadFile(filepath.Join(dataDir, "ferry.log"))
-		return nil, fmt.Errorf("ferry dev exited before it was ready: %v\nstderr:\n%s\nlog tail:\n%s", err, stderr.String(), tail(log, 4000))
-	case <-time.After(120 * time.Second):
-		_ = cmd.Process.Kill()
-		return nil, fmt.Errorf("ferry dev printed no banner within 120s\n%s", stderr.String())
-	case <-ctx.Done():
-		_ = cmd.Process.Kill()
-		return nil, ctx.Err()
-	}
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		resp, err := http.Get(t.API + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				break
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Stop()
-			return nil, errors.New("ferry dev: /readyz not 200 within 60s")
-		}
-		time.Sleep(100 * time.Millisecond)
+	if err := t.takeReady(readyCtx, readyFile, &stderr); err != nil {
+		return nil, err
 	}
 	return t, nil
+}
+
+// takeReady waits for the ready file of t's process and takes the stack's
+// addresses and key from it; the caller cancels ctx when the process exits.
+func (t *Target) takeReady(ctx context.Context, path string, stderr *lockedBuffer) error {
+	r, err := devstack.WaitReady(ctx, path, t.PID)
+	if err != nil {
+		select {
+		case werr := <-t.exited:
+			log, _ := os.ReadFile(filepath.Join(t.data, "ferry.log"))
+			return fmt.Errorf("ferry dev exited before it was ready: %v\nstderr:\n%s\nlog tail:\n%s", werr, stderr.String(), tail(log, 4000))
+		default:
+			_ = t.cmd.Process.Kill()
+			return fmt.Errorf("ferry dev: no ready file: %w\n%s", err, stderr.String())
+		}
+	}
+	t.API, t.Key, t.Tenant = r.APIURL, r.APIKey, r.Tenant
+	t.Kafka, t.Postgres, t.Redis = strings.Join(r.KafkaBrokers, ","), r.PostgresURL, r.RedisURL
+	return nil
 }
 
 // Stop sends Ctrl-C to a stack this program started and waits for it.

@@ -107,7 +107,14 @@ func newCall(method, path string, body any) (*call, error) {
 // request builds one attempt of cl.
 func (c *Client) request(ctx context.Context, cl *call) (*http.Request, error) {
 	u := *c.base
-	u.Path = c.base.Path + cl.path
+	// cl.path is escaped (ids go through pathEscape): keep it as the raw
+	// path, so an id with a "/" or "%" reaches the server as one segment.
+	u.RawPath = c.base.EscapedPath() + cl.path
+	p, err := url.PathUnescape(u.RawPath)
+	if err != nil {
+		return nil, fmt.Errorf("ferry client: path %q: %w", cl.path, err)
+	}
+	u.Path = p
 	u.RawQuery = cl.query.Encode()
 	var body io.Reader
 	if cl.body != nil {

@@ -1,10 +1,13 @@
 package client
 
 import (
+	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 )
 
@@ -138,11 +141,59 @@ func sentinelOf(status int, code string) error {
 // errorBody is the wire shape of an error answer.
 type errorBody struct {
 	Error *struct {
-		Code      string            `json:"code"`
-		Message   string            `json:"message"`
-		RequestID string            `json:"request_id"`
-		Fields    map[string]string `json:"fields"`
+		Code      string      `json:"code"`
+		Message   string      `json:"message"`
+		RequestID string      `json:"request_id"`
+		Fields    fieldErrors `json:"fields"`
 	} `json:"error"`
+}
+
+// fieldErrors are the invalid fields of an error answer. Ferry sends an
+// object of field → message; a list of {"field","message"} and messages
+// given as lists (joined with "; ") are accepted too, so that an error
+// from a proxy or an older server still names its fields.
+type fieldErrors map[string]string
+
+func (f *fieldErrors) UnmarshalJSON(b []byte) error {
+	out := fieldErrors{}
+	var obj map[string]json.RawMessage
+	var list []struct {
+		Field, Name, Message string
+	}
+	switch {
+	case string(b) == "null":
+		return nil
+	case json.Unmarshal(b, &obj) == nil:
+		for k, v := range obj {
+			out[k] = messageText(v)
+		}
+	case json.Unmarshal(b, &list) == nil:
+		for _, it := range list {
+			out[cmp.Or(it.Field, it.Name)] = it.Message
+		}
+	default:
+		return fmt.Errorf("error fields: %s", b)
+	}
+	*f = out
+	return nil
+}
+
+// messageText renders a field's message: a string, strings joined with
+// "; ", else the compact JSON.
+func messageText(raw json.RawMessage) string {
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return s
+	}
+	var ss []string
+	if json.Unmarshal(raw, &ss) == nil {
+		return strings.Join(ss, "; ")
+	}
+	var buf bytes.Buffer
+	if json.Compact(&buf, raw) == nil {
+		return buf.String()
+	}
+	return string(raw)
 }
 
 // errorCode returns the code of an error body, or "".
@@ -163,7 +214,7 @@ func parseError(resp *response) *APIError {
 	}
 	var b errorBody
 	if json.Unmarshal(resp.body, &b) == nil && b.Error != nil && b.Error.Code != "" {
-		e.Code, e.Message, e.RequestID, e.Fields = b.Error.Code, b.Error.Message, b.Error.RequestID, b.Error.Fields
+		e.Code, e.Message, e.RequestID, e.Fields = b.Error.Code, b.Error.Message, b.Error.RequestID, map[string]string(b.Error.Fields)
 		return e
 	}
 	e.Code = fmt.Sprintf("http_%d", resp.status)

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -102,12 +103,20 @@ type JobRequest struct {
 // Int returns a pointer to n, for JobRequest.Priority.
 func Int(n int) *int { return &n }
 
-// wireDuration renders d as the API's duration string ("1m30s").
+// wireDuration renders d as the API's duration string, without the zero
+// units Go's String adds ("1h30m", not "1h30m0s").
 func wireDuration(d time.Duration) string {
 	if d == 0 {
 		return ""
 	}
-	return d.String()
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
 }
 
 // MarshalJSON renders the request in the API's shape.

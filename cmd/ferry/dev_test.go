@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -19,25 +18,25 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ferryhq/ferry/events/schema"
+	"github.com/ferryhq/ferry/platform/devstack"
 )
 
-// devProcess is a `ferry dev` child process and what its banner said.
+// devProcess is a `ferry dev` child process and what its ready file said.
 type devProcess struct {
-	cmd     *exec.Cmd
-	api     string // http://host:port
-	kafka   string
-	devKey  string
-	exited  chan error
-	outLock chan struct{}
+	cmd    *exec.Cmd
+	ready  devstack.Ready
+	api    string // http://host:port
+	kafka  string
+	devKey string
+	exited chan error
 }
 
-var bannerLine = regexp.MustCompile(`^\s+(API|Kafka|Dev API key)\s+(\S+)`)
-
-// startDev runs the ferry binary's `dev` command with its data in dataDir and
-// every port chosen free, and waits for its banner.
-func startDev(t *testing.T, bin, dataDir string) *devProcess {
+// startDev runs the ferry binary's `dev` command with its data in dataDir,
+// every port chosen free and args after `dev`, and waits for the ready file
+// at readyFile (a file of another process, such as a stale one, is not it).
+func startDev(t *testing.T, bin, dataDir, readyFile string, args ...string) *devProcess {
 	t.Helper()
-	cmd := exec.Command(bin, "dev")
+	cmd := exec.Command(bin, append([]string{"dev"}, args...)...)
 	cmd.Env = append(os.Environ(),
 		"FERRY_DATA_DIR="+dataDir,
 		"FERRY_HTTP_ADDR=127.0.0.1:0",
@@ -57,34 +56,28 @@ func startDev(t *testing.T, bin, dataDir string) *devProcess {
 		t.Fatal(err)
 	}
 	p := &devProcess{cmd: cmd, exited: make(chan error, 1)}
-	found := make(chan struct{})
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
 	go func() {
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
-			line := sc.Text()
-			t.Log("ferry dev:", line)
-			if m := bannerLine.FindStringSubmatch(line); m != nil {
-				switch m[1] {
-				case "API":
-					p.api = strings.TrimSuffix(m[2], "/v1/jobs")
-				case "Kafka":
-					p.kafka = m[2]
-				case "Dev API key":
-					p.devKey = m[2]
-					close(found)
-				}
-			}
+			t.Log("ferry dev:", sc.Text())
 		}
 		p.exited <- cmd.Wait()
+		cancel() // stop waiting for the ready file
 	}()
-	select {
-	case <-found:
-	case err := <-p.exited:
-		t.Fatalf("ferry dev exited before it was ready: %v\nstderr:\n%s\nlog:\n%s", err, stderr.String(), readFile(dataDir, "ferry.log"))
-	case <-time.After(90 * time.Second):
-		_ = cmd.Process.Kill()
-		t.Fatalf("ferry dev did not print its banner in time\n%s", stderr.String())
+	ready, err := devstack.WaitReady(ctx, readyFile, cmd.Process.Pid)
+	if err != nil {
+		select {
+		case werr := <-p.exited:
+			t.Fatalf("ferry dev exited before it was ready: %v\nstderr:\n%s\nlog:\n%s", werr, stderr.String(), readFile(dataDir, "ferry.log"))
+		default:
+			_ = cmd.Process.Kill()
+			t.Fatalf("ferry dev wrote no ready file %s: %v\nstderr:\n%s", readyFile, err, stderr.String())
+		}
 	}
+	p.ready = ready
+	p.api, p.kafka, p.devKey = p.ready.APIURL, strings.Join(p.ready.KafkaBrokers, ","), p.ready.APIKey
 	return p
 }
 
@@ -147,21 +140,23 @@ func TestDev(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	dev := startDev(t, bin, dataDir)
+	dev := startDev(t, bin, dataDir, filepath.Join(dataDir, "dev.json"))
+	checkReadyFiles(t, dev, dataDir)
 	defer func() {
 		if dev.cmd.ProcessState == nil {
 			_ = dev.cmd.Process.Kill()
 		}
 	}()
 
-	waitFor(t, 30*time.Second, "readyz 200", func() bool {
-		resp, err := http.Get(dev.api + "/readyz")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	})
+	// The ready file is written once /readyz answers 200.
+	resp, err := http.Get(dev.api + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("readyz %d after the ready file was written", resp.StatusCode)
+	}
 
 	code, job := dev.do(t, "POST", "/v1/jobs", `{"type":"noop","payload":{"hello":"kcat"}}`)
 	if code != http.StatusAccepted {
@@ -215,14 +210,71 @@ func TestDev(t *testing.T) {
 	}
 
 	dev.stop(t)
+	for _, f := range []string{"dev.json", "dev.env"} {
+		if _, err := os.Stat(filepath.Join(dataDir, f)); !os.IsNotExist(err) {
+			t.Errorf("%s still exists after ferry dev stopped (%v)", f, err)
+		}
+	}
 
-	// A restart re-uses the data: the job is still there.
-	dev = startDev(t, bin, dataDir)
+	// A restart re-uses the data: the job is still there. --ready-file
+	// puts the ready file elsewhere.
+	elsewhere := filepath.Join(t.TempDir(), "ready", "ferry.json")
+	dev = startDev(t, bin, dataDir, elsewhere, "--ready-file", elsewhere)
 	waitFor(t, 30*time.Second, "job still known after restart", func() bool {
 		code, got := dev.do(t, "GET", "/v1/jobs/"+id, "")
 		return code == http.StatusOK && got["status"] == "succeeded"
 	})
 	dev.stop(t)
+}
+
+// checkReadyFiles checks the ready file and the env file of a `ferry dev`
+// with default paths: private to the user, consistent with each other, with
+// keys that work, and sourced by a shell as they are.
+func checkReadyFiles(t *testing.T, dev *devProcess, dataDir string) {
+	t.Helper()
+	r := dev.ready
+	for _, f := range []string{"dev.json", "dev.env"} {
+		fi, err := os.Stat(filepath.Join(dataDir, f))
+		if err != nil || fi.Mode().Perm() != 0o600 {
+			t.Fatalf("%s: %v, mode %v; want mode 0600 (it holds secrets)", f, err, fi.Mode().Perm())
+		}
+	}
+	secret, _ := os.ReadFile(filepath.Join(dataDir, "secret-key"))
+	if r.Tenant != "default" || r.AdminKey == "" || r.PostgresURL == "" || r.RedisURL == "" ||
+		r.SecretKey != strings.TrimSpace(string(secret)) || r.DataDir != dataDir || r.TopicPrefix != "ferry." {
+		t.Fatalf("ready file: %+v (secret-key file %q)", r, secret)
+	}
+	req, _ := http.NewRequest("GET", r.APIURL+"/v1/admin/tenants", nil)
+	req.Header.Set("Authorization", "Bearer "+r.AdminKey)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /v1/admin/tenants with the ready file's admin key: %d", resp.StatusCode)
+	}
+	out, err := exec.Command("bash", "-c", "set -eu; source \"$1\"; env | grep ^FERRY_ | sort", "bash",
+		filepath.Join(dataDir, "dev.env")).CombinedOutput()
+	if err != nil {
+		t.Fatalf("source dev.env: %v\n%s", err, out)
+	}
+	got := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		k, v, _ := strings.Cut(line, "=")
+		got[k] = v
+	}
+	for k, want := range r.Env {
+		if got[k] != want {
+			t.Errorf("after source dev.env, %s=%q; the ready file says %q", k, got[k], want)
+		}
+	}
+	for k, want := range map[string]string{"FERRY_URL": r.APIURL, "FERRY_API_KEY": r.APIKey,
+		"FERRY_KAFKA_BROKERS": dev.kafka, "FERRY_SECRET_KEY": r.SecretKey, "FERRY_POSTGRES_URL": r.PostgresURL} {
+		if r.Env[k] != want {
+			t.Errorf("ready env %s=%q, want %q", k, r.Env[k], want)
+		}
+	}
 }
 
 func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {

@@ -4,6 +4,8 @@ package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -18,7 +20,7 @@ import (
 const usage = `Usage: ferry <command> [arguments]
 
 Commands:
-  dev     run the whole stack in one process (embedded Kafka, local Postgres and Redis)
+  dev     run the whole stack in one process (embedded Kafka, local Postgres and Redis): ferry dev -h
   jobs    submit, get, list and cancel jobs: ferry jobs help
   migrate apply or list every component's Postgres migrations, grant the runtime role: ferry migrate help
   doctor  check a deployment's connections, credentials, topics, migrations and clock
@@ -38,7 +40,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	switch args[0] {
 	case "dev":
-		if err := devcmd.Run(ctx, os.LookupEnv, stdout); err != nil {
+		if err := devcmd.Run(ctx, args[1:], os.LookupEnv, stdout); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return 0
+			}
 			fmt.Fprintln(stderr, "ferry dev:", err)
 			return 1
 		}

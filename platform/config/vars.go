@@ -125,6 +125,9 @@ var Vars = []Var{
 	{"FERRY_WORKER_GRACE", "25s", "On SIGTERM, how long running handlers may take to finish before their jobs are handed back."},
 	{"FERRY_WORKER_HEARTBEAT", "5s", "How often a running handler heartbeats (extends its lease)."},
 
+	// The built-in worker of `ferry dev` (worker.BuildPools).
+	{"FERRY_DEV_WORKER_POOLS", "short,long", "Pools the built-in worker of `ferry dev` serves, comma-separated, or `none`. Leave a pool out to make a worker of your own its only worker (see examples/)."},
+
 	// audit.
 	{"FERRY_AUDIT_RETENTION", "8760h", "How long audit rows are kept; whole monthly partitions older than this are dropped."},
 	{"FERRY_AUDIT_EXPORT_CONCURRENCY", "2", "Audit exports one tenant may run at once per audit replica; more answer 429 too_many_exports."},

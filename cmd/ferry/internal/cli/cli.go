@@ -1,8 +1,11 @@
 // Package cli implements the `ferry jobs` command family: submit, get, list
 // and cancel jobs through Ferry's HTTP API.
 //
-// It talks to the API only over HTTP (standard library only), so it works
-// the same against `ferry dev` and a deployed Ferry.
+// It talks to the API only over HTTP, through the Go client package
+// (github.com/ferryhq/ferry/client), so it works the same against `ferry
+// dev` and a deployed Ferry, and gets the client's retries: every
+// submission carries an Idempotency-Key (--idempotency-key, else a random
+// one), so a retry after a lost answer never makes a second job.
 package cli
 
 import (
@@ -15,6 +18,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/ferryhq/ferry/client"
 )
 
 // Exit codes.
@@ -141,20 +146,21 @@ func usageError(fs *flag.FlagSet, format string, a ...any) int {
 	return exitUsage
 }
 
-// client resolves the base URL and API key of c.
-func (r *runner) client(c *common) (*client, error) {
+// connect resolves the base URL and API key of c and returns the Go client
+// of the API, with the recorder of its raw answers (for --json).
+func (r *runner) connect(c *common) (*client.Client, *rawRecorder, error) {
 	base := strings.TrimRight(strings.TrimSpace(c.url), "/")
 	if base == "" {
-		return nil, errors.New("--url is empty")
+		return nil, nil, errors.New("--url is empty")
 	}
 	if !strings.HasPrefix(base, "http://") && !strings.HasPrefix(base, "https://") {
-		return nil, fmt.Errorf("--url %q: must start with http:// or https://", c.url)
+		return nil, nil, fmt.Errorf("--url %q: must start with http:// or https://", c.url)
 	}
 	key, err := r.resolveKey(c.key)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return newClient(base, key), nil
+	return newAPIClient(base, key)
 }
 
 // resolveKey returns flagKey if set, else $FERRY_API_KEY, else the contents
@@ -193,8 +199,8 @@ func (s *stringList) Set(v string) error {
 	return nil
 }
 
-// durationString is a flag holding a Go duration, kept as the string the
-// user typed (the wire format for durations is a Go duration string).
+// durationString is a flag holding a Go duration (e.g. 1h30m), checked
+// when it is set.
 type durationString string
 
 func (d *durationString) String() string { return string(*d) }
@@ -211,6 +217,12 @@ func (d *durationString) Set(v string) error {
 	return nil
 }
 
+// value is the duration, zero when the flag was not given.
+func (d durationString) value() time.Duration {
+	v, _ := time.ParseDuration(string(d)) // Set checked it
+	return v
+}
+
 // timeString is a flag holding an RFC 3339 time.
 type timeString string
 
@@ -222,4 +234,10 @@ func (t *timeString) Set(v string) error {
 	}
 	*t = timeString(v)
 	return nil
+}
+
+// value is the time, zero when the flag was not given.
+func (t timeString) value() time.Time {
+	v, _ := time.Parse(time.RFC3339, string(t)) // Set checked it
+	return v
 }

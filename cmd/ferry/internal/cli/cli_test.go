@@ -150,8 +150,17 @@ func TestSubmitMinimalOmitsDefaults(t *testing.T) {
 	if got, want := string(req.Body), `{"type":"noop","run_at":"2030-01-02T15:04:05Z"}`; got != want {
 		t.Errorf("body %s, want %s", got, want)
 	}
-	if h := req.Header.Get("Idempotency-Key"); h != "" {
-		t.Errorf("Idempotency-Key %q sent without --idempotency-key", h)
+	// Without --idempotency-key the client makes up a key: its own retries
+	// are deduplicated, and another submission is another job.
+	key := req.Header.Get("Idempotency-Key")
+	if key == "" {
+		t.Error("no Idempotency-Key sent: a retry after a lost answer would make a second job")
+	}
+	if code, _, errOut := run(t, nil, "submit", "--url", api.URL, "--type", "noop"); code != 0 {
+		t.Fatalf("exit %d, stderr: %s", code, errOut)
+	}
+	if again := api.requests()[1].Header.Get("Idempotency-Key"); again == "" || again == key {
+		t.Errorf("second submission's Idempotency-Key %q, first %q: want a fresh key", again, key)
 	}
 	if h := req.Header.Get("Authorization"); h != "" {
 		t.Errorf("Authorization %q sent without any key", h)
@@ -284,7 +293,7 @@ func TestGetJSON(t *testing.T) {
 
 func TestCancel(t *testing.T) {
 	api := newFakeAPI(t, func(w http.ResponseWriter, r *http.Request, _ []byte) {
-		writeJSON(w, http.StatusOK, `{"id":"job_9","status":"cancelled","attempt":0,"max_attempts":5}`)
+		writeJSON(w, http.StatusAccepted, `{"job":{"id":"job_9","status":"cancelled","attempt":0,"max_attempts":5},"cancel_requested":true}`)
 	})
 	code, out, errOut := run(t, map[string]string{"FERRY_URL": api.URL, "FERRY_API_KEY": "envkey"}, "cancel", "job_9")
 	if code != 0 {
@@ -297,7 +306,8 @@ func TestCancel(t *testing.T) {
 	if got := req.Header.Get("Authorization"); got != "Bearer envkey" {
 		t.Errorf("Authorization %q", got)
 	}
-	if !strings.Contains(out, "cancelled") {
+	// The API answers {"job": …, "cancel_requested": true}: the job is shown.
+	if !strings.Contains(out, "cancelled") || !strings.Contains(out, "job_9") {
 		t.Errorf("output:\n%s", out)
 	}
 }

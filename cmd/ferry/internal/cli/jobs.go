@@ -5,105 +5,35 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"net/http"
-	"net/url"
 	"os"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/ferryhq/ferry/client"
 )
-
-// job is the job resource of the API (DESIGN §6). Times are kept as the
-// RFC 3339 strings the server sent.
-type job struct {
-	ID           string          `json:"id"`
-	TenantID     string          `json:"tenant_id"`
-	Type         string          `json:"type"`
-	Queue        string          `json:"queue"`
-	Priority     *int            `json:"priority"`
-	Status       string          `json:"status"`
-	Attempt      int             `json:"attempt"`
-	MaxAttempts  int             `json:"max_attempts"`
-	Tags         []string        `json:"tags"`
-	CreatedAt    string          `json:"created_at"`
-	ScheduledFor string          `json:"scheduled_for"`
-	StartedAt    string          `json:"started_at"`
-	FinishedAt   string          `json:"finished_at"`
-	Progress     *progress       `json:"progress"`
-	Result       json.RawMessage `json:"result"`
-	LastError    *jobError       `json:"last_error"`
-	TraceID      string          `json:"trace_id"`
-	RedrivenFrom string          `json:"redriven_from"`
-	Deduplicated bool            `json:"deduplicated"`
-}
-
-type progress struct {
-	Percent *float64 `json:"percent"`
-	Message string   `json:"message"`
-}
-
-type jobError struct {
-	Class   string `json:"class"`
-	Message string `json:"message"`
-}
-
-// terminal reports whether a job in status will not change any more.
-func terminal(status string) bool {
-	switch status {
-	case "succeeded", "dead", "cancelled":
-		return true
-	}
-	return false
-}
-
-// submitRequest is the body of POST /v1/jobs (DESIGN §3).
-type submitRequest struct {
-	Type        string          `json:"type"`
-	Queue       string          `json:"queue,omitempty"`
-	Priority    *int            `json:"priority,omitempty"`
-	Payload     json.RawMessage `json:"payload,omitempty"`
-	RunAt       string          `json:"run_at,omitempty"`
-	Delay       string          `json:"delay,omitempty"`
-	MaxAttempts *int            `json:"max_attempts,omitempty"`
-	Timeout     string          `json:"timeout,omitempty"`
-	NotAfter    string          `json:"not_after,omitempty"`
-	Tags        []string        `json:"tags,omitempty"`
-	Pool        string          `json:"pool,omitempty"`
-}
 
 const submitDoc = `Submits a job. With --wait, polls the job until it is succeeded, dead or
 cancelled, prints it, and exits 0 only if it succeeded.`
 
+// submitFlags are the flags of `ferry jobs submit`.
+type submitFlags struct {
+	req            client.JobRequest
+	payload        string
+	priority       int
+	maxAttempts    int
+	delay, timeout durationString
+	runAt, notAft  timeString
+	tags           stringList
+	wait           bool
+	waitInterval   time.Duration
+}
+
 func (r *runner) submit(args []string) int {
 	fs, c := r.newFlagSet("submit", "--type TYPE [flags]", submitDoc)
-	var (
-		req            submitRequest
-		payload        string
-		priority       int
-		maxAttempts    int
-		delay, timeout durationString
-		runAt, notAft  timeString
-		tags           stringList
-		idemKey        string
-		wait           bool
-		waitInterval   time.Duration
-	)
-	fs.StringVar(&req.Type, "type", "", "handler name (required)")
-	fs.StringVar(&payload, "payload", "", "JSON payload, or @FILE to read it from a file")
-	fs.StringVar(&req.Queue, "queue", "", "queue (server default: default)")
-	fs.IntVar(&priority, "priority", 5, "priority, 0 most urgent … 9 least")
-	fs.Var(&delay, "delay", "run after this duration (e.g. 30s)")
-	fs.Var(&runAt, "run-at", "run at this RFC 3339 time")
-	fs.IntVar(&maxAttempts, "max-attempts", 5, "attempts before dead-lettering")
-	fs.Var(&timeout, "timeout", "per-attempt timeout (e.g. 2m)")
-	fs.Var(&notAft, "not-after", "RFC 3339 deadline; past it the job is dead-lettered as expired")
-	fs.Var(&tags, "tag", "tag (repeatable)")
-	fs.StringVar(&req.Pool, "pool", "", "worker pool: short or long")
-	fs.StringVar(&idemKey, "idempotency-key", "", "Idempotency-Key header")
-	fs.BoolVar(&wait, "wait", false, "wait until the job is succeeded, dead or cancelled")
-	fs.DurationVar(&waitInterval, "wait-interval", 500*time.Millisecond, "poll interval of --wait")
-
+	var f submitFlags
+	f.register(fs)
 	pos, code, ok := parse(fs, args)
 	if !ok {
 		return code
@@ -111,103 +41,118 @@ func (r *runner) submit(args []string) int {
 	if len(pos) > 0 {
 		return usageError(fs, "unexpected argument %q", pos[0])
 	}
-	if strings.TrimSpace(req.Type) == "" {
-		return usageError(fs, "--type is required")
+	if msg := f.request(fs); msg != "" {
+		return usageError(fs, "%s", msg)
 	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	if set["priority"] {
-		if priority < 0 || priority > 9 {
-			return usageError(fs, "--priority must be between 0 and 9")
-		}
-		req.Priority = &priority
-	}
-	if set["max-attempts"] {
-		if maxAttempts < 1 {
-			return usageError(fs, "--max-attempts must be at least 1")
-		}
-		req.MaxAttempts = &maxAttempts
-	}
-	if set["delay"] && set["run-at"] {
-		return usageError(fs, "--delay and --run-at are mutually exclusive")
-	}
-	if req.Pool != "" && req.Pool != "short" && req.Pool != "long" {
-		return usageError(fs, "--pool must be short or long")
-	}
-	if waitInterval <= 0 {
-		return usageError(fs, "--wait-interval must be positive")
-	}
-	if set["payload"] {
-		raw := []byte(payload)
-		if name, ok := strings.CutPrefix(payload, "@"); ok {
-			b, err := os.ReadFile(name)
-			if err != nil {
-				return usageError(fs, "--payload: %v", err)
-			}
-			raw = b
-		}
-		raw = bytes.TrimSpace(raw)
-		if !json.Valid(raw) {
-			return usageError(fs, "--payload is not valid JSON")
-		}
-		req.Payload = raw
-	}
-	req.Delay, req.Timeout = string(delay), string(timeout)
-	req.RunAt, req.NotAfter = string(runAt), string(notAft)
-	req.Tags = tags
-
-	cl, err := r.client(c)
+	cl, rec, err := r.connect(c)
 	if err != nil {
 		return usageError(fs, "%v", err)
 	}
-	body, err := json.Marshal(req)
+	res, err := cl.Submit(r.ctx, f.req)
 	if err != nil {
 		return r.fail(err)
 	}
-	var h http.Header
-	if idemKey != "" {
-		h = http.Header{"Idempotency-Key": {idemKey}}
+	if !f.wait {
+		return r.printJob(c, &res.Job, res.Deduplicated, rec.body())
 	}
-	raw, err := cl.do(r.ctx, http.MethodPost, "/v1/jobs", nil, body, h)
-	if err != nil {
-		return r.fail(err)
-	}
-	if !wait {
-		return r.printJob(c, raw)
-	}
+	return r.waitFor(c, cl, rec, res.Job, f.waitInterval)
+}
 
-	var j job
-	if err := json.Unmarshal(raw, &j); err != nil {
-		return r.fail(fmt.Errorf("decoding job: %w", err))
+func (f *submitFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.req.Type, "type", "", "handler name (required)")
+	fs.StringVar(&f.payload, "payload", "", "JSON payload, or @FILE to read it from a file")
+	fs.StringVar(&f.req.Queue, "queue", "", "queue (server default: default)")
+	fs.IntVar(&f.priority, "priority", 5, "priority, 0 most urgent … 9 least")
+	fs.Var(&f.delay, "delay", "run after this duration (e.g. 30s)")
+	fs.Var(&f.runAt, "run-at", "run at this RFC 3339 time")
+	fs.IntVar(&f.maxAttempts, "max-attempts", 5, "attempts before dead-lettering")
+	fs.Var(&f.timeout, "timeout", "per-attempt timeout (e.g. 2m)")
+	fs.Var(&f.notAft, "not-after", "RFC 3339 deadline; past it the job is dead-lettered as expired")
+	fs.Var(&f.tags, "tag", "tag (repeatable)")
+	fs.StringVar(&f.req.Pool, "pool", "", "worker pool: short or long")
+	fs.StringVar(&f.req.IdempotencyKey, "idempotency-key", "", "Idempotency-Key header (default: a random key, so retries never make a second job)")
+	fs.BoolVar(&f.wait, "wait", false, "wait until the job is succeeded, dead or cancelled")
+	fs.DurationVar(&f.waitInterval, "wait-interval", 500*time.Millisecond, "poll interval of --wait")
+}
+
+// request completes f.req from the parsed flags; it returns what is wrong
+// with them, or "".
+func (f *submitFlags) request(fs *flag.FlagSet) string {
+	req := &f.req
+	if strings.TrimSpace(req.Type) == "" {
+		return "--type is required"
 	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	switch {
+	case set["priority"] && (f.priority < 0 || f.priority > 9):
+		return "--priority must be between 0 and 9"
+	case set["max-attempts"] && f.maxAttempts < 1:
+		return "--max-attempts must be at least 1"
+	case set["delay"] && set["run-at"]:
+		return "--delay and --run-at are mutually exclusive"
+	case req.Pool != "" && req.Pool != "short" && req.Pool != "long":
+		return "--pool must be short or long"
+	case f.waitInterval <= 0:
+		return "--wait-interval must be positive"
+	}
+	if set["priority"] {
+		req.Priority = &f.priority
+	}
+	if set["max-attempts"] {
+		req.MaxAttempts = f.maxAttempts
+	}
+	if set["payload"] {
+		raw, msg := payloadOf(f.payload)
+		if msg != "" {
+			return msg
+		}
+		req.Payload = raw
+	}
+	req.Delay, req.Timeout = f.delay.value(), f.timeout.value()
+	req.RunAt, req.NotAfter = f.runAt.value(), f.notAft.value()
+	req.Tags = f.tags
+	return ""
+}
+
+// payloadOf reads --payload: JSON, or @FILE.
+func payloadOf(payload string) (json.RawMessage, string) {
+	raw := []byte(payload)
+	if name, ok := strings.CutPrefix(payload, "@"); ok {
+		b, err := os.ReadFile(name)
+		if err != nil {
+			return nil, fmt.Sprintf("--payload: %v", err)
+		}
+		raw = b
+	}
+	raw = bytes.TrimSpace(raw)
+	if !json.Valid(raw) {
+		return nil, "--payload is not valid JSON"
+	}
+	return raw, ""
+}
+
+// waitFor polls the submitted job every interval until it is terminal,
+// prints it, and exits 0 only if it succeeded.
+func (r *runner) waitFor(c *common, cl *client.Client, rec *rawRecorder, j client.Job, interval time.Duration) int {
 	if j.ID == "" {
 		return r.fail(fmt.Errorf("submit answer has no job id"))
 	}
 	if !c.json {
 		fmt.Fprintf(r.stderr, "submitted %s (%s), waiting…\n", j.ID, j.Status)
 	}
-	path := "/v1/jobs/" + url.PathEscape(j.ID)
-	t := time.NewTicker(waitInterval)
-	defer t.Stop()
-	for !terminal(j.Status) {
-		select {
-		case <-r.ctx.Done():
-			return r.fail(fmt.Errorf("waiting for job %s: %w", j.ID, r.ctx.Err()))
-		case <-t.C:
-		}
-		raw, err = cl.do(r.ctx, http.MethodGet, path, nil, nil, nil)
-		if err != nil {
-			return r.fail(err)
-		}
-		j = job{}
-		if err := json.Unmarshal(raw, &j); err != nil {
-			return r.fail(fmt.Errorf("decoding job: %w", err))
+	done := &j
+	if !j.Status.Terminal() {
+		var err error
+		// Polling only: --wait-interval is the pace, as it always was.
+		if done, err = cl.Wait(r.ctx, j.ID, &client.WaitOptions{PollInterval: interval, NoStream: true}); err != nil {
+			return r.fail(fmt.Errorf("waiting for job %s: %w", j.ID, err))
 		}
 	}
-	if code := r.printJob(c, raw); code != exitOK {
+	if code := r.printJob(c, done, false, rec.body()); code != exitOK {
 		return code
 	}
-	if j.Status != "succeeded" {
+	if done.Status != client.StatusSucceeded {
 		return exitError
 	}
 	return exitOK
@@ -215,16 +160,20 @@ func (r *runner) submit(args []string) int {
 
 func (r *runner) get(args []string) int {
 	fs, c := r.newFlagSet("get", "ID [flags]", "Shows a job.")
-	return r.oneJob(fs, c, args, http.MethodGet, "")
+	return r.oneJob(fs, c, args, func(cl *client.Client, id string) (*client.Job, error) {
+		return cl.Get(r.ctx, id)
+	})
 }
 
 func (r *runner) cancel(args []string) int {
 	fs, c := r.newFlagSet("cancel", "ID [flags]", "Cancels a job and shows it.")
-	return r.oneJob(fs, c, args, http.MethodPost, "/cancel")
+	return r.oneJob(fs, c, args, func(cl *client.Client, id string) (*client.Job, error) {
+		return cl.Cancel(r.ctx, id)
+	})
 }
 
-// oneJob runs a command taking one job ID: method /v1/jobs/{id}<suffix>.
-func (r *runner) oneJob(fs *flag.FlagSet, c *common, args []string, method, suffix string) int {
+// oneJob runs a command taking one job ID and printing the job call returns.
+func (r *runner) oneJob(fs *flag.FlagSet, c *common, args []string, call func(*client.Client, string) (*client.Job, error)) int {
 	pos, code, ok := parse(fs, args)
 	if !ok {
 		return code
@@ -237,21 +186,21 @@ func (r *runner) oneJob(fs *flag.FlagSet, c *common, args []string, method, suff
 	case strings.TrimSpace(pos[0]) == "":
 		return usageError(fs, "empty job ID")
 	}
-	cl, err := r.client(c)
+	cl, rec, err := r.connect(c)
 	if err != nil {
 		return usageError(fs, "%v", err)
 	}
-	raw, err := cl.do(r.ctx, method, "/v1/jobs/"+url.PathEscape(pos[0])+suffix, nil, nil, nil)
+	j, err := call(cl, pos[0])
 	if err != nil {
 		return r.fail(err)
 	}
-	return r.printJob(c, raw)
+	return r.printJob(c, j, false, rec.body())
 }
 
-// jobList is the answer of GET /v1/jobs.
-type jobList struct {
+// rawJobList is the answer of GET /v1/jobs with each job as the API sent it.
+type rawJobList struct {
 	Jobs       []json.RawMessage `json:"jobs"`
-	NextCursor string            `json:"next_cursor"`
+	NextCursor string            `json:"next_cursor,omitempty"`
 }
 
 const listDoc = `Lists jobs, newest first as the server orders them. With --all, follows
@@ -260,17 +209,17 @@ next_cursor until the last page (--limit is then the page size).`
 func (r *runner) list(args []string) int {
 	fs, c := r.newFlagSet("list", "[flags]", listDoc)
 	var (
-		status, typ, queue, cursor string
-		tags                       stringList
-		limit                      int
-		all                        bool
+		opts   client.ListOptions
+		status string
+		tags   stringList
+		all    bool
 	)
 	fs.StringVar(&status, "status", "", "only jobs in this status (queued, scheduled, running, succeeded, dead, cancelled)")
-	fs.StringVar(&typ, "type", "", "only jobs of this type")
-	fs.StringVar(&queue, "queue", "", "only jobs in this queue")
+	fs.StringVar(&opts.Type, "type", "", "only jobs of this type")
+	fs.StringVar(&opts.Queue, "queue", "", "only jobs in this queue")
 	fs.Var(&tags, "tag", "only jobs with this tag (repeatable)")
-	fs.IntVar(&limit, "limit", 0, "page size (server default when 0)")
-	fs.StringVar(&cursor, "cursor", "", "continue from this next_cursor")
+	fs.IntVar(&opts.Limit, "limit", 0, "page size (server default when 0)")
+	fs.StringVar(&opts.Cursor, "cursor", "", "continue from this next_cursor")
 	fs.BoolVar(&all, "all", false, "follow next_cursor and list every page")
 	pos, code, ok := parse(fs, args)
 	if !ok {
@@ -279,80 +228,69 @@ func (r *runner) list(args []string) int {
 	if len(pos) > 0 {
 		return usageError(fs, "unexpected argument %q", pos[0])
 	}
-	if limit < 0 {
+	if opts.Limit < 0 {
 		return usageError(fs, "--limit must not be negative")
 	}
-	cl, err := r.client(c)
+	opts.Status, opts.Tags = client.Status(status), tags
+	cl, rec, err := r.connect(c)
 	if err != nil {
 		return usageError(fs, "%v", err)
 	}
-	q := url.Values{}
-	for k, v := range map[string]string{"status": status, "type": typ, "queue": queue} {
-		if v != "" {
-			q.Set(k, v)
-		}
-	}
-	for _, t := range tags {
-		q.Add("tag", t)
-	}
-	if limit > 0 {
-		q.Set("limit", strconv.Itoa(limit))
-	}
-
-	var (
-		items []json.RawMessage
-		next  string
-		seen  = map[string]bool{}
-	)
-	for {
-		if cursor != "" {
-			q.Set("cursor", cursor)
-		} else {
-			q.Del("cursor")
-		}
-		raw, err := cl.do(r.ctx, http.MethodGet, "/v1/jobs", q, nil, nil)
-		if err != nil {
+	if c.json && !all {
+		if _, err := cl.List(r.ctx, opts); err != nil {
 			return r.fail(err)
 		}
-		if c.json && !all {
-			return r.writeRaw(raw)
-		}
-		var page jobList
-		if err := json.Unmarshal(raw, &page); err != nil {
-			return r.fail(fmt.Errorf("decoding job list: %w", err))
-		}
-		items = append(items, page.Jobs...)
-		next = page.NextCursor
-		if !all || next == "" {
-			break
-		}
-		if seen[next] {
-			return r.fail(fmt.Errorf("server repeated cursor %q", next))
-		}
-		seen[next] = true
-		cursor = next
+		return r.writeRaw(rec.body())
 	}
-
+	jobs, raws, next, err := r.pages(cl, rec, opts, all)
+	if err != nil {
+		return r.fail(err)
+	}
 	if c.json { // --all: one document with every page's jobs
-		if items == nil {
-			items = []json.RawMessage{}
-		}
-		b, err := json.Marshal(jobList{Jobs: items})
+		b, err := json.Marshal(rawJobList{Jobs: raws})
 		if err != nil {
 			return r.fail(err)
 		}
 		return r.writeRaw(b)
 	}
+	return r.printList(jobs, next, all)
+}
+
+// pages lists one page, or with all every page, following next_cursor. It
+// returns the jobs decoded and as sent, and the cursor of the next page.
+func (r *runner) pages(cl *client.Client, rec *rawRecorder, opts client.ListOptions, all bool) ([]client.Job, []json.RawMessage, string, error) {
+	jobs, raws := []client.Job{}, []json.RawMessage{}
+	seen := map[string]bool{}
+	for {
+		page, err := cl.List(r.ctx, opts)
+		if err != nil {
+			return nil, nil, "", err
+		}
+		var raw rawJobList
+		if err := json.Unmarshal(rec.body(), &raw); err != nil {
+			return nil, nil, "", fmt.Errorf("decoding job list: %w", err)
+		}
+		jobs, raws = append(jobs, page.Jobs...), append(raws, raw.Jobs...)
+		next := page.NextCursor
+		if !all || next == "" {
+			return jobs, raws, next, nil
+		}
+		if seen[next] {
+			return nil, nil, "", fmt.Errorf("server repeated cursor %q", next)
+		}
+		seen[next] = true
+		opts.Cursor = next
+	}
+}
+
+// printList prints jobs as a table, and the cursor of the next page.
+func (r *runner) printList(jobs []client.Job, next string, all bool) int {
 	tw := tabwriter.NewWriter(r.stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tSTATUS\tTYPE\tQUEUE\tPRI\tATTEMPT\tCREATED")
-	for _, it := range items {
-		var j job
-		if err := json.Unmarshal(it, &j); err != nil {
-			return r.fail(fmt.Errorf("decoding job: %w", err))
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
-			dash(j.ID), dash(j.Status), dash(j.Type), dash(j.Queue), priorityText(j.Priority),
-			attemptText(j), dash(j.CreatedAt))
+	for _, j := range jobs {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n",
+			dash(j.ID), dash(string(j.Status)), dash(j.Type), dash(j.Queue), j.Priority,
+			attemptText(j), timeText(&j.CreatedAt))
 	}
 	if err := tw.Flush(); err != nil {
 		return r.fail(err)
@@ -363,65 +301,65 @@ func (r *runner) list(args []string) int {
 	return exitOK
 }
 
-// printJob prints a job answer: raw with --json, else a short block.
-func (r *runner) printJob(c *common, raw []byte) int {
+// printJob prints a job: the raw answer with --json, else a short block.
+func (r *runner) printJob(c *common, j *client.Job, deduplicated bool, raw []byte) int {
 	if c.json {
 		return r.writeRaw(raw)
-	}
-	var j job
-	if err := json.Unmarshal(raw, &j); err != nil {
-		return r.fail(fmt.Errorf("decoding job: %w", err))
 	}
 	tw := tabwriter.NewWriter(r.stdout, 0, 0, 1, ' ', 0)
 	line := func(k, v string) { fmt.Fprintf(tw, "%s:\t%s\n", k, v) }
 	line("id", dash(j.ID))
-	line("status", dash(j.Status))
-	if j.Deduplicated {
+	line("status", dash(string(j.Status)))
+	if deduplicated || j.Deduplicated {
 		line("deduplicated", "true")
 	}
 	line("type", dash(j.Type))
 	line("queue", dash(j.Queue))
-	line("priority", priorityText(j.Priority))
-	line("attempt", attemptText(j))
+	line("priority", strconv.Itoa(j.Priority))
+	line("attempt", attemptText(*j))
 	if len(j.Tags) > 0 {
 		line("tags", strings.Join(j.Tags, ", "))
 	}
-	line("created", dash(j.CreatedAt))
-	if j.ScheduledFor != "" {
-		line("scheduled", j.ScheduledFor)
+	line("created", timeText(&j.CreatedAt))
+	if j.ScheduledFor != nil {
+		line("scheduled", timeText(j.ScheduledFor))
 	}
-	line("started", dash(j.StartedAt))
-	line("finished", dash(j.FinishedAt))
-	if p := j.Progress; p != nil && (p.Percent != nil || p.Message != "") {
-		var s []string
-		if p.Percent != nil {
-			s = append(s, strconv.FormatFloat(*p.Percent, 'f', -1, 64)+"%")
-		}
-		if p.Message != "" {
-			s = append(s, p.Message)
-		}
-		line("progress", strings.Join(s, " "))
-	}
-	if e := j.LastError; e != nil && (e.Class != "" || e.Message != "") {
-		switch {
-		case e.Class == "":
-			line("last_error", e.Message)
-		case e.Message == "":
-			line("last_error", e.Class)
-		default:
-			line("last_error", e.Class+": "+e.Message)
-		}
-	}
-	if len(j.Result) > 0 && string(j.Result) != "null" {
-		line("result", plain(j.Result))
-	}
-	if j.RedrivenFrom != "" {
-		line("redriven_from", j.RedrivenFrom)
+	line("started", timeText(j.StartedAt))
+	line("finished", timeText(j.FinishedAt))
+	for _, l := range detailLines(j) {
+		line(l[0], l[1])
 	}
 	if err := tw.Flush(); err != nil {
 		return r.fail(err)
 	}
 	return exitOK
+}
+
+// detailLines are the lines of printJob shown only when the job has them:
+// progress, last error, result, re-drive origin.
+func detailLines(j *client.Job) [][2]string {
+	var out [][2]string
+	if p := j.Progress; p != nil {
+		s := []string{strconv.FormatFloat(p.Percent, 'f', -1, 64) + "%"}
+		if p.Message != "" {
+			s = append(s, p.Message)
+		}
+		out = append(out, [2]string{"progress", strings.Join(s, " ")})
+	}
+	if e := j.LastError; e != nil && (e.Class != "" || e.Message != "") {
+		msg := e.Class + ": " + e.Message
+		if e.Class == "" || e.Message == "" {
+			msg = e.Class + e.Message
+		}
+		out = append(out, [2]string{"last_error", msg})
+	}
+	if len(j.Result) > 0 && string(j.Result) != "null" {
+		out = append(out, [2]string{"result", plain(j.Result)})
+	}
+	if j.RedrivenFrom != "" {
+		out = append(out, [2]string{"redriven_from", j.RedrivenFrom})
+	}
+	return out
 }
 
 // writeRaw writes a JSON body to stdout, ending with a newline.
@@ -440,14 +378,15 @@ func dash(s string) string {
 	return s
 }
 
-func priorityText(p *int) string {
-	if p == nil {
+// timeText renders a time as the API sends it (RFC 3339, UTC), "-" if none.
+func timeText(t *time.Time) string {
+	if t == nil || t.IsZero() {
 		return "-"
 	}
-	return strconv.Itoa(*p)
+	return t.Format(time.RFC3339Nano)
 }
 
-func attemptText(j job) string {
+func attemptText(j client.Job) string {
 	if j.MaxAttempts == 0 {
 		return strconv.Itoa(j.Attempt)
 	}
