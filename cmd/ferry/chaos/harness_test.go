@@ -104,6 +104,7 @@ type cluster struct {
 // proc is one child process.
 type proc struct {
 	name    string
+	base    string // http://addr of its routes
 	cmd     *exec.Cmd
 	logPath string
 	done    chan struct{}
@@ -193,7 +194,7 @@ func (c *cluster) spawn(svc, name string, extra map[string]string) (*proc, strin
 		f.Close()
 		c.t.Fatalf("start %s: %v", name, err)
 	}
-	p := &proc{name: name, cmd: cmd, logPath: logPath, done: make(chan struct{})}
+	p := &proc{name: name, base: "http://" + addr, cmd: cmd, logPath: logPath, done: make(chan struct{})}
 	go func() {
 		p.exitErr = cmd.Wait()
 		p.exitAt = time.Now()
