@@ -1,13 +1,11 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -110,7 +108,7 @@ func dropMonthlyPartitions(t *testing.T, conn *pgx.Conn) {
 // role of roleURL (no migrations) and returns what it logged.
 func maintainAs(t *testing.T, roleURL string) string {
 	t.Helper()
-	var buf syncBuffer
+	var buf testenv.LogBuffer
 	l := config.NewLoader(lookupOf(map[string]string{"FERRY_POSTGRES_URL": roleURL, "FERRY_POSTGRES_MIGRATE": "false"}))
 	common := config.LoadCommon(l)
 	if err := l.Err(); err != nil {
@@ -142,22 +140,4 @@ func (e *e2e) waitGauge(name, want string) {
 		}
 		return got == want
 	})
-}
-
-// syncBuffer is a bytes.Buffer safe for concurrent writers.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

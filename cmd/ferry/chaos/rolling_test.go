@@ -75,7 +75,7 @@ func TestRollingRestartUnderLoad(t *testing.T) {
 // again. The load is sent only to running apis.
 func (c *cluster) roll(r *replica, i int, l *load, all []*replica) {
 	c.t.Helper()
-	before := l.submitted()
+	began, before := time.Now(), l.submitted()
 	c.signal(r.proc, syscall.SIGTERM)
 	if code := c.wait(r.proc, 60*time.Second); code != 0 {
 		c.t.Fatalf("%s exited %d after SIGTERM\n%s", r.proc.name, code, tail(r.proc.logPath, 40))
@@ -95,7 +95,7 @@ func (c *cluster) roll(r *replica, i int, l *load, all []*replica) {
 	}
 	waitFor(c.t, 60*time.Second, r.proc.name+" in "+r.group, func() bool { return c.groupMembers(r.group) == 2 })
 	waitFor(c.t, 30*time.Second, "load flowing after restart "+r.proc.name, func() bool { return l.submitted() >= before+20 })
-	c.t.Logf("rolled %d/%d: %s", i+1, len(all), r.proc.name)
+	c.t.Logf("rolled %d/%d: %s in %v", i+1, len(all), r.proc.name, time.Since(began).Round(100*time.Millisecond))
 }
 
 // onceEach asserts every job started once, at attempt 1, and never failed
