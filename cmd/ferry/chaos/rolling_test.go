@@ -165,13 +165,15 @@ func TestAPIKilledStatusTakeover(t *testing.T) {
 	}
 	killedAt := time.Now()
 	waitFor(t, 90*time.Second, "one member left in "+apiGroup, func() bool { return c.groupMembers(apiGroup) == 1 })
+	t.Logf("the group was down to the survivor %v after the last kill", time.Since(killedAt).Round(time.Second))
 	time.Sleep(5 * time.Second) // load through the survivor's takeover
 	ids := l.halt()
 	c.apiBase = survivor.base
 	c.diagnose(ids, 120*time.Second)
 	c.account(ids, "succeeded", 10*time.Second)
 	t.Logf("%d jobs; every status terminal %v after the last kill", len(ids), time.Since(killedAt).Round(time.Second))
-	t.Logf("the survivor's Kafka client warnings:\n%s", grepLog(survivor, `"component":"kafka"`))
+	t.Logf("the survivor's Kafka client warnings and projection rebalances:\n%s\n%s",
+		grepLog(survivor, `"component":"kafka"`), grepLog(survivor, "projection partitions"))
 }
 
 // grepLog is the lines of p's log containing s.
