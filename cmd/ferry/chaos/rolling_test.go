@@ -164,7 +164,14 @@ func TestAPIKilledStatusTakeover(t *testing.T) {
 		c.kill(victim)
 	}
 	killedAt := time.Now()
-	waitFor(t, 90*time.Second, "one member left in "+apiGroup, func() bool { return c.groupMembers(apiGroup) == 1 })
+	lastShown := time.Now()
+	waitFor(t, 90*time.Second, "one member left in "+apiGroup, func() bool {
+		if time.Since(lastShown) > 10*time.Second {
+			t.Logf("%v after the last kill: %s", time.Since(killedAt).Round(time.Second), c.groupState(apiGroup))
+			lastShown = time.Now()
+		}
+		return c.groupMembers(apiGroup) == 1
+	})
 	t.Logf("the group was down to the survivor %v after the last kill", time.Since(killedAt).Round(time.Second))
 	time.Sleep(5 * time.Second) // load through the survivor's takeover
 	ids := l.halt()
