@@ -395,7 +395,7 @@ func (c *cluster) groupMembers(group string) int {
 func (c *cluster) groupState(group string) string {
 	c.t.Helper()
 	g := c.describeGroup(group)
-	out := fmt.Sprintf("%s: %s, %s", group, g.State, g.Err)
+	out := fmt.Sprintf("%s: %s (err %v)", group, g.State, g.Err)
 	for _, m := range g.Members {
 		n := 0
 		if a, ok := m.Assigned.AsConsumer(); ok {
