@@ -22,7 +22,7 @@ const usage = `Usage: ferry <command> [arguments]
 Commands:
   dev     run the whole stack in one process (embedded Kafka, local Postgres and Redis): ferry dev -h
   jobs    submit, get, list and cancel jobs: ferry jobs help
-  migrate apply or list every component's Postgres migrations, grant the runtime role: ferry migrate help
+  migrate apply or list every component's Postgres migrations, grant the runtime role, audit partition upkeep: ferry migrate help
   doctor  check a deployment's connections, credentials, topics, migrations and clock
 `
 

@@ -104,6 +104,7 @@ func Run(ctx context.Context, pool *pgxpool.Pool, cfg Config, apply ApplyFunc) e
 			return storedOffsets(ctx, pool, cfg.Group, assigned)
 		}),
 	)
+	opts = append(opts, rebalanceLogs(cfg.Group, log)...)
 	cl, err := kafkax.NewClient(cfg.Kafka, opts...)
 	if err != nil {
 		return err
@@ -149,6 +150,34 @@ func Run(ctx context.Context, pool *pgxpool.Pool, cfg Config, apply ApplyFunc) e
 			}
 		}
 		cl.AllowRebalance()
+	}
+}
+
+// rebalanceLogs log the partitions the projection gives up: revoked in a
+// rebalance (info) or lost with its group session (warning: they are not
+// projected by this replica until it rejoins, and then resume from the
+// offsets in Postgres). Assignment is not hooked: with BlockRebalanceOnPoll
+// an assignment callback would make new partitions wait for the poll.
+func rebalanceLogs(group string, log *slog.Logger) []kgo.Opt {
+	count := func(ps map[string][]int32) int {
+		n := 0
+		for _, p := range ps {
+			n += len(p)
+		}
+		return n
+	}
+	return []kgo.Opt{
+		kgo.OnPartitionsRevoked(func(_ context.Context, _ *kgo.Client, ps map[string][]int32) {
+			if n := count(ps); n > 0 {
+				log.Info("projection partitions revoked", "group", group, "partitions", n)
+			}
+		}),
+		kgo.OnPartitionsLost(func(_ context.Context, _ *kgo.Client, ps map[string][]int32) {
+			if n := count(ps); n > 0 {
+				log.Warn("projection partitions lost with the group session; they resume from the stored offsets after the rejoin",
+					"group", group, "partitions", n)
+			}
+		}),
 	}
 }
 

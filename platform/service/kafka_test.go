@@ -1,11 +1,9 @@
 package service_test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,6 +14,7 @@ import (
 	"github.com/ferryhq/ferry/platform/kafkax"
 	"github.com/ferryhq/ferry/platform/kafkax/kafkatest"
 	"github.com/ferryhq/ferry/platform/service"
+	"github.com/ferryhq/ferry/platform/testenv"
 )
 
 var kafkaOnly = service.Needs{Kafka: true}
@@ -25,27 +24,9 @@ func common(brokers []string) config.Common {
 	return config.Common{KafkaBrokers: brokers, TopicPrefix: "ferry.", TopicPartitions: 2, TopicRetention: time.Hour}
 }
 
-// syncBuffer is a log destination safe for the client's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 func open(t *testing.T, c config.Common) (*service.Deps, string, error) {
 	t.Helper()
-	var logs syncBuffer
+	var logs testenv.LogBuffer
 	d, err := service.Open(context.Background(), c, slog.New(slog.NewTextHandler(&logs, nil)), kafkaOnly)
 	if d != nil {
 		t.Cleanup(d.Close)

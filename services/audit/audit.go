@@ -20,8 +20,10 @@
 // # Append-only and retention
 //
 // Triggers reject UPDATE, DELETE and TRUNCATE of audit rows for every role.
-// Rows are partitioned by month of occurred_at; the service creates
-// partitions ahead and drops whole partitions older than the retention,
+// Rows are partitioned by month of occurred_at; the service (or, for a
+// runtime role without DDL rights, `ferry migrate partitions`: see
+// partitions.go) creates partitions ahead and drops whole partitions older
+// than the retention,
 // recording per chain where the cut was (audit_chain_cuts) so verification
 // starts after it.
 package audit
@@ -165,8 +167,9 @@ func New(deps *service.Deps, cfg Config) (*Service, error) {
 	}
 	s := &Service{deps: deps, cfg: cfg, log: log, store: store.New(deps.Postgres, log, cfg.Now),
 		exports: newExportSlots(cfg.ExportConcurrency)}
-	if _, err := s.ensurePartitions(ctx); err != nil {
-		// Not fatal: rows land in the default partition meanwhile.
+	if err := s.ensurePartitions(ctx); err != nil && !IsNoDDL(err) {
+		// Not fatal: rows land in the default partition meanwhile. A role
+		// without DDL rights is told what to do by Maintain, in Run.
 		log.Error("audit: creating partitions", "err", err)
 	}
 	return s, nil
@@ -188,6 +191,7 @@ func (s *Service) Routes(r chi.Router) {
 
 // Run runs the projection and the partition maintenance until ctx is done.
 func (s *Service) Run(ctx context.Context) error {
+	defer s.registerRunwayGauges()()
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
 		return projection.Run(gctx, s.deps.Postgres, projection.Config{
@@ -202,27 +206,11 @@ func (s *Service) Run(ctx context.Context) error {
 	return g.Wait()
 }
 
-// Maintain creates the partitions needed from the retention horizon to
-// PartitionsAhead months ahead and drops the expired ones. Run calls it at
-// start and every MaintenanceInterval; errors are logged and retried next
-// time.
-func (s *Service) Maintain(ctx context.Context) {
-	if created, err := s.ensurePartitions(ctx); err != nil && ctx.Err() == nil {
-		s.log.Error("audit: creating partitions", "err", err)
-	} else if len(created) > 0 {
-		s.log.Info("audit: created partitions", "partitions", created)
-	}
-	cutoff := s.cfg.Now().UTC().Add(-s.cfg.Retention)
-	if dropped, err := s.store.DropBefore(ctx, cutoff); err != nil && ctx.Err() == nil {
-		s.log.Error("audit: dropping expired partitions", "err", err)
-	} else if len(dropped) > 0 {
-		s.log.Info("audit: dropped expired partitions", "partitions", dropped, "cutoff", cutoff)
-	}
-}
-
-func (s *Service) ensurePartitions(ctx context.Context) ([]string, error) {
+// ensurePartitions creates the partitions needed from the retention horizon
+// to PartitionsAhead months ahead, so that the first rows find theirs.
+func (s *Service) ensurePartitions(ctx context.Context) error {
 	now := s.cfg.Now().UTC()
-	from := now.Add(-s.cfg.Retention)
 	to := store.MonthOf(now).Start.AddDate(0, s.cfg.PartitionsAhead, 0)
-	return s.store.EnsurePartitions(ctx, from, to)
+	_, _, err := s.store.EnsurePartitions(ctx, now.Add(-s.cfg.Retention), to)
+	return err
 }

@@ -96,6 +96,9 @@ type cluster struct {
 	key      string
 	rec      *recorder
 	topics   schema.Topics
+	// logDir holds the children's logs; made before stopAll is registered
+	// so that it is removed after stopAll has shown their tails.
+	logDir string
 
 	mu    sync.Mutex
 	procs []*proc
@@ -104,6 +107,7 @@ type cluster struct {
 // proc is one child process.
 type proc struct {
 	name    string
+	base    string // http://addr of its routes
 	cmd     *exec.Cmd
 	logPath string
 	done    chan struct{}
@@ -135,6 +139,7 @@ func newCluster(t *testing.T, env map[string]string) *cluster {
 	for k, v := range env {
 		c.env[k] = v
 	}
+	c.logDir = t.TempDir()
 	t.Cleanup(c.stopAll)
 	return c
 }
@@ -180,7 +185,7 @@ func (c *cluster) spawn(svc, name string, extra map[string]string) (*proc, strin
 		env = append(env, k+"="+v)
 	}
 	env = append(env, "FERRY_HTTP_ADDR="+addr)
-	logPath := filepath.Join(c.t.TempDir(), name+".log")
+	logPath := filepath.Join(c.logDir, name+".log")
 	f, err := os.Create(logPath)
 	if err != nil {
 		c.t.Fatal(err)
@@ -193,7 +198,7 @@ func (c *cluster) spawn(svc, name string, extra map[string]string) (*proc, strin
 		f.Close()
 		c.t.Fatalf("start %s: %v", name, err)
 	}
-	p := &proc{name: name, cmd: cmd, logPath: logPath, done: make(chan struct{})}
+	p := &proc{name: name, base: "http://" + addr, cmd: cmd, logPath: logPath, done: make(chan struct{})}
 	go func() {
 		p.exitErr = cmd.Wait()
 		p.exitAt = time.Now()
@@ -376,6 +381,36 @@ func (c *cluster) flushRedis() {
 // groupMembers is how many members of group have partitions assigned.
 func (c *cluster) groupMembers(group string) int {
 	c.t.Helper()
+	n := 0
+	for _, m := range c.describeGroup(group).Members {
+		if a, ok := m.Assigned.AsConsumer(); ok && len(a.Topics) > 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// groupState is group's state and, per member, its client and how many
+// partitions it has: what to show when a group does not settle.
+func (c *cluster) groupState(group string) string {
+	c.t.Helper()
+	g := c.describeGroup(group)
+	out := fmt.Sprintf("%s: %s (err %v)", group, g.State, g.Err)
+	for _, m := range g.Members {
+		n := 0
+		if a, ok := m.Assigned.AsConsumer(); ok {
+			for _, t := range a.Topics {
+				n += len(t.Partitions)
+			}
+		}
+		out += fmt.Sprintf("; %s@%s %d partitions", m.MemberID, m.ClientHost, n)
+	}
+	return out
+}
+
+// describeGroup asks the broker about group (the zero value on error).
+func (c *cluster) describeGroup(group string) kadm.DescribedGroup {
+	c.t.Helper()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(c.brokers))
 	if err != nil {
 		c.t.Fatal(err)
@@ -385,15 +420,9 @@ func (c *cluster) groupMembers(group string) int {
 	defer cancel()
 	gs, err := kadm.NewClient(cl).DescribeGroups(ctx, group)
 	if err != nil {
-		return 0
+		return kadm.DescribedGroup{Group: group, Err: err}
 	}
-	n := 0
-	for _, m := range gs[group].Members {
-		if a, ok := m.Assigned.AsConsumer(); ok && len(a.Topics) > 0 {
-			n++
-		}
-	}
-	return n
+	return gs[group]
 }
 
 // recorder keeps every event of the lifecycle and workers topics.

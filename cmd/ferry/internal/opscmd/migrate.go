@@ -1,5 +1,6 @@
 // Package opscmd implements the operator commands of the ferry binary:
-// `ferry migrate` (schema migrations and the runtime role's grants) and
+// `ferry migrate` (schema migrations, the runtime role's grants and the
+// audit partition upkeep) and
 // `ferry doctor` (checks a deployment's connections and settings).
 package opscmd
 
@@ -9,13 +10,16 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ferryhq/ferry/platform/config"
 	"github.com/ferryhq/ferry/platform/pgstore"
+	"github.com/ferryhq/ferry/services/audit"
 
 	// The stack imports every service, so every component's migrations
 	// are registered with pgstore.
@@ -37,10 +41,17 @@ run as a least-privilege role with FERRY_POSTGRES_MIGRATE=false.
 
 Commands:
   status       list each component's applied and pending migrations; exit 1 if any is pending
-  up           apply every pending migration
+  up           apply every pending migration, then do the audit partition
+               upkeep below
   grant ROLE   grant ROLE what the services need and no more: SELECT, INSERT,
                UPDATE, DELETE on Ferry's tables, but only SELECT and INSERT on
                the audit tables (append-only); no DDL. Run after every "up".
+  partitions [MONTHS]
+               audit partition upkeep, which the runtime role cannot do:
+               create the monthly audit partitions up to MONTHS (default 12)
+               after the current month and drop those older than
+               FERRY_AUDIT_RETENTION. Schedule it (monthly is plenty); the
+               audit service alerts when fewer than 2 months are left.
 `
 
 // Migrate runs `ferry migrate <args...>` and returns the exit code.
@@ -53,7 +64,8 @@ func Migrate(ctx context.Context, args []string, lookup func(string) (string, bo
 		return exitOK
 	}
 	cmd := args[0]
-	if (cmd == "grant") != (len(args) == 2) || len(args) > 2 || (cmd != "status" && cmd != "up" && cmd != "grant") {
+	months, ok := migrateArgs(args)
+	if !ok {
 		fmt.Fprintf(stderr, "ferry migrate: bad arguments %q\n\n%s", args, migrateUsage)
 		return exitUsage
 	}
@@ -68,6 +80,11 @@ func Migrate(ctx context.Context, args []string, lookup func(string) (string, bo
 		err = migrateStatus(ctx, pool, stdout)
 	case "up":
 		err = migrateUp(ctx, pool, stdout)
+		if err == nil {
+			err = auditPartitions(ctx, pool, lookup, audit.OwnerPartitionsAhead, stdout)
+		}
+	case "partitions":
+		err = auditPartitions(ctx, pool, lookup, months, stdout)
 	default:
 		err = GrantRuntime(ctx, pool, args[1])
 		if err == nil {
@@ -79,6 +96,24 @@ func Migrate(ctx context.Context, args []string, lookup func(string) (string, bo
 		return exitFail
 	}
 	return exitOK
+}
+
+// migrateArgs checks the arguments of `ferry migrate` and returns the
+// months of `partitions`.
+func migrateArgs(args []string) (months int, ok bool) {
+	switch args[0] {
+	case "status", "up":
+		return 0, len(args) == 1
+	case "grant":
+		return 0, len(args) == 2
+	case "partitions":
+		if len(args) == 1 {
+			return audit.OwnerPartitionsAhead, true
+		}
+		n, err := strconv.Atoi(args[1])
+		return n, err == nil && n >= 1 && n <= 120 && len(args) == 2
+	}
+	return 0, false
 }
 
 // openPostgres connects to FERRY_POSTGRES_URL.
@@ -158,6 +193,28 @@ func migrateUp(ctx context.Context, pool *pgxpool.Pool, w io.Writer) error {
 		}
 	}
 	return nil
+}
+
+// auditPartitions creates the audit partitions up to months after the
+// current one, drops those past FERRY_AUDIT_RETENTION, and prints what it
+// did and the runway left.
+func auditPartitions(ctx context.Context, pool *pgxpool.Pool, lookup func(string) (string, bool), months int, w io.Writer) error {
+	l := config.NewLoader(lookup)
+	retention := l.Duration("FERRY_AUDIT_RETENTION")
+	if err := l.Err(); err != nil {
+		return err
+	}
+	u, err := audit.MaintainPartitions(ctx, pool, retention, months, time.Now())
+	for _, line := range []struct {
+		what  string
+		names []string
+	}{{"created", u.Created}, {"dropped (past retention)", u.Dropped}, {"kept in the default partition (its rows arrived before its partition)", u.Held}} {
+		if len(line.names) > 0 {
+			fmt.Fprintf(w, "audit partitions %s: %s\n", line.what, strings.Join(line.names, ", "))
+		}
+	}
+	fmt.Fprintf(w, "audit partitions: %d months ahead have their partition\n", u.Runway.Ahead)
+	return err
 }
 
 // appendOnly are the tables whose rows the runtime role may add and read

@@ -34,14 +34,15 @@ func MonthOf(t time.Time) Partition {
 
 // EnsurePartitions creates the monthly partitions covering [from, to] that
 // do not exist yet, each with its TRUNCATE guard. A month whose rows already
-// sit in the default partition cannot be created; it is reported and the
-// others are still created.
-func (s *Store) EnsurePartitions(ctx context.Context, from, to time.Time) (created []string, err error) {
+// sit in the default partition cannot be created (Postgres refuses: the
+// rows would violate the default partition's new bound, and audit rows are
+// never moved): it is returned in held, and the others are still created.
+func (s *Store) EnsurePartitions(ctx context.Context, from, to time.Time) (created, held []string, err error) {
 	var errs []error
 	for p := MonthOf(from); !p.Start.After(to); p = MonthOf(p.End) {
 		var exists bool
 		if err := s.pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, p.Name).Scan(&exists); err != nil {
-			return created, err
+			return created, held, err
 		}
 		if exists {
 			continue
@@ -61,11 +62,13 @@ func (s *Store) EnsurePartitions(ctx context.Context, from, to time.Time) (creat
 		case err == nil:
 			created = append(created, p.Name)
 		case errors.As(err, &pgErr) && pgErr.Code == "42P07": // created meanwhile by another replica
+		case errors.As(err, &pgErr) && pgErr.Code == "23514": // the month's rows are in the default partition
+			held = append(held, p.Name)
 		default:
 			errs = append(errs, fmt.Errorf("audit: create partition %s: %w", p.Name, err))
 		}
 	}
-	return created, errors.Join(errs...)
+	return created, held, errors.Join(errs...)
 }
 
 // Partitions lists the monthly partitions, oldest first.
@@ -130,4 +133,32 @@ func (s *Store) DropBefore(ctx context.Context, cutoff time.Time) (dropped []str
 		dropped = append(dropped, p.Name)
 	}
 	return dropped, nil
+}
+
+// Runway describes the partitions from the month of now on.
+type Runway struct {
+	// Ahead is how many consecutive months after the current one have
+	// their partition: rows of the first month without one go to the
+	// default partition, and that month can then never get its own.
+	Ahead int
+	// DefaultInUse is whether any row sits in the default partition.
+	DefaultInUse bool
+}
+
+// Runway reads how far the monthly partitions reach beyond now.
+func (s *Store) Runway(ctx context.Context, now time.Time) (Runway, error) {
+	parts, err := s.Partitions(ctx)
+	if err != nil {
+		return Runway{}, err
+	}
+	have := make(map[string]bool, len(parts))
+	for _, p := range parts {
+		have[p.Name] = true
+	}
+	var r Runway
+	for p := MonthOf(MonthOf(now).End); have[p.Name]; p = MonthOf(p.End) {
+		r.Ahead++
+	}
+	err = s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM audit_events_default)`).Scan(&r.DefaultInUse)
+	return r, err
 }
