@@ -60,6 +60,7 @@ func exampleJob() JobSpec {
 		Tags:        []string{"onboarding", "email"},
 		Pool:        PoolShort,
 		Backoff:     &Backoff{Base: Duration(1500 * time.Millisecond), Max: Duration(5 * time.Minute), Jitter: new(0.1)},
+		Concurrency: &Concurrency{Key: "customer-42", Limit: 2},
 	}
 }
 
