@@ -39,10 +39,11 @@ local function gate_wake(m, ms) redis.call('ZADD', GP .. 'gates:wake', 'LT', ms,
 
 -- gate_event queues a breaker transition in the outbox the scheduler
 -- publishes from (qstore.ClaimBreakerEvents).
-local function gate_event(t, typ, from, to, reason, now, failures)
+local function gate_event(t, typ, from, to, reason, now, failures, actor)
   local seq = redis.call('INCR', GP .. 'gates:evseq')
-  redis.call('ZADD', GP .. 'gates:outbox', now, cjson.encode({
-    seq = seq, tenant = t, type = typ, from = from, to = to, reason = reason, at = now, failures = failures or 0}))
+  redis.call('ZADD', GP .. 'gates:outbox', now, string.format('%015d ', seq) .. cjson.encode({
+    seq = seq, tenant = t, type = typ, from = from, to = to, reason = reason, at = now, failures = failures or 0,
+    actor = actor or ''}))
 end
 
 -- gate_park moves a popped job into the parked set of its closed gate.
@@ -50,6 +51,7 @@ local function gate_park(kind, t, name, jk, id, score, wake_ms)
   local m = gate_member(kind, t, name)
   redis.call('ZADD', gate_pk(kind, t, name), score, id)
   redis.call('HSET', jk, 'state', 'parked', 'gk', m)
+  redis.call('HINCRBY', GP .. 'gates:stats', kind, 1)
   if wake_ms then gate_wake(m, wake_ms) end
 end
 
@@ -59,6 +61,7 @@ local function gate_unpark(kind, id, score)
   local jk = GP .. 'job:' .. id
   local f = redis.call('HMGET', jk, 'state', 'queue')
   if f[1] ~= 'parked' then return false end
+  redis.call('HINCRBY', GP .. 'gates:stats', kind, -1)
   redis.call('ZADD', GP .. 'q:' .. f[2] .. ':ready', score, id)
   redis.call('HSET', jk, 'state', 'ready', 'gk', '', 'gp', kind)
   fair_ready(jk, id, score)
@@ -171,10 +174,10 @@ end
 local function gate_brk_set(t, typ, st)
   local bk, ck = gate_brk(t), GP .. 'tenant:' .. t .. ':cfg'
   if st then
-    redis.call('HSET', bk, typ, st)
+    if redis.call('HSET', bk, typ, st) == 1 then redis.call('HINCRBY', GP .. 'gates:stats', 'open', 1) end
     redis.call('HSET', ck, 'bg', 1)
   else
-    redis.call('HDEL', bk, typ)
+    if redis.call('HDEL', bk, typ) == 1 then redis.call('HINCRBY', GP .. 'gates:stats', 'open', -1) end
     if redis.call('HLEN', bk) == 0 then redis.call('HSET', ck, 'bg', 0) end
   end
 end
@@ -241,10 +244,10 @@ local function gate_brk_open(t, typ, from, reason, now, cool, failures)
 end
 
 -- gate_brk_close closes (t, typ)'s breaker and releases its parked jobs.
-local function gate_brk_close(t, typ, from, reason, now)
+local function gate_brk_close(t, typ, from, reason, now, actor)
   gate_brk_set(t, typ, nil)
   redis.call('DEL', gate_pk('bf', t, typ))
-  gate_event(t, typ, from, 'closed', reason, now)
+  gate_event(t, typ, from, 'closed', reason, now, 0, actor)
   if redis.call('EXISTS', gate_pk('b', t, typ)) == 1 then gate_wake(gate_member('b', t, typ), now) end
 end
 
@@ -306,7 +309,7 @@ end
 local function gate_leave(jk, id, ck, gk, t, probe, typ, now)
   if gk and gk ~= '' then
     local kind, gt, name = gate_split(gk)
-    redis.call('ZREM', gate_pk(kind, gt, name), id)
+    if redis.call('ZREM', gate_pk(kind, gt, name), id) == 1 then redis.call('HINCRBY', GP .. 'gates:stats', kind, -1) end
   end
   if ck and ck ~= '' and t then
     redis.call('SREM', gate_run(t, ck), id)
