@@ -42,6 +42,29 @@ func (s *Service) flowRoutes(r chi.Router) {
 	r.Get("/v1/breakers", s.handleListBreakers)
 	r.Post("/v1/breakers/{type}/reset", s.handleResetBreaker)
 	r.Get("/v1/concurrency/{key}", s.handleConcurrency)
+	r.Get("/v1/rate-limits", s.handleRateLimits)
+}
+
+// rateLimitView is a dispatch rate limit in effect on the wire.
+type rateLimitView struct {
+	Type      string  `json:"type"`
+	PerSecond float64 `json:"per_second"`
+	Burst     int     `json:"burst"`
+	// Waiting counts the jobs held back by the limit.
+	Waiting int64 `json:"waiting"`
+}
+
+func (s *Service) handleRateLimits(w http.ResponseWriter, r *http.Request) {
+	rs, err := s.store.RateLimits(r.Context(), tenantOf(r))
+	if err != nil {
+		httpx.WriteError(w, r, err)
+		return
+	}
+	out := make([]rateLimitView, 0, len(rs))
+	for _, x := range rs {
+		out = append(out, rateLimitView{Type: x.Type, PerSecond: x.PerSecond, Burst: x.Burst, Waiting: x.Waiting})
+	}
+	httpx.WriteList(w, "rate_limits", out, "")
 }
 
 // breakerView is a circuit breaker on the wire.

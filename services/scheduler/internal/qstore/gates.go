@@ -415,3 +415,33 @@ func (s *Store) Gates(ctx context.Context) (GateStats, error) {
 	}
 	return GateStats{Concurrency: n(v[0]), Rate: n(v[1]), Breaker: n(v[2]), OpenBreakers: n(v[3])}, nil
 }
+
+// RateLimitState is a dispatch rate limit in effect for a tenant's job type.
+type RateLimitState struct {
+	Type string
+	RateLimit
+	// Waiting counts the jobs parked on the limit.
+	Waiting int64
+}
+
+// RateLimits returns the dispatch rate limits in effect for tenant, by type.
+func (s *Store) RateLimits(ctx context.Context, tenant string) ([]RateLimitState, error) {
+	h, err := s.rdb.HGetAll(ctx, s.opts.Prefix+"tenant:"+tenant+":rates").Result()
+	if err != nil {
+		return nil, fmt.Errorf("qstore: rate limits: %w", err)
+	}
+	out := make([]RateLimitState, 0, len(h))
+	for typ, c := range h {
+		r, b, _ := strings.Cut(c, " ")
+		st := RateLimitState{Type: typ}
+		st.PerSecond, _ = strconv.ParseFloat(r, 64)
+		st.Burst, _ = strconv.Atoi(b)
+		st.Waiting, err = s.rdb.ZCard(ctx, s.gateKey("r", tenant, typ)).Result()
+		if err != nil {
+			return nil, fmt.Errorf("qstore: rate limits: %w", err)
+		}
+		out = append(out, st)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Type < out[j].Type })
+	return out, nil
+}
