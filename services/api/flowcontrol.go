@@ -13,8 +13,8 @@ import (
 
 // A tenant's flow control (docs/flow-control.md): dispatch rate limits and
 // circuit breakers per job type, set with the admin routes as
-// "flow_control" and applied by the scheduler, which reads the tenant's
-// settings every FERRY_SCHEDULER_SETTINGS_REFRESH. Breakers are off unless
+// "flow_control" and applied by the scheduler, which re-reads the tenants'
+// settings every 2 s. Breakers are off unless
 // configured: a breaker holds a type's jobs back on failures the tenant
 // may consider normal, so it is each tenant's choice (or "*" for all types).
 
