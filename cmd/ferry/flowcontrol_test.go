@@ -91,13 +91,16 @@ func flowConcurrency(t *testing.T, e *e2e) {
 	if code, out := c.call("POST", "/v1/jobs/batch", map[string]any{"jobs": jobs}); code != http.StatusAccepted {
 		t.Fatalf("batch: %d %v", code, out)
 	}
-	waiting := int64(0)
+	waiting, limits := int64(0), map[any]bool{}
 	waitFor(t, 60*time.Second, "every keyed job done", func() bool {
 		code, out := c.call("GET", "/v1/concurrency/customer-42", nil)
 		if code != http.StatusOK || out["running"].(float64) > 2 {
 			t.Fatalf("concurrency of customer-42: %d %v", code, out)
 		}
 		waiting = max(waiting, int64(out["waiting"].(float64)))
+		if out["running"].(float64) > 0 {
+			limits[out["limit"]] = true
+		}
 		_, list := c.call("GET", "/v1/jobs?status=succeeded&limit=100", nil)
 		return len(list["jobs"].([]any)) == len(jobs)
 	})
@@ -108,8 +111,11 @@ func flowConcurrency(t *testing.T, e *e2e) {
 			t.Errorf("%s: %d ran at once, want 1 to %d", k, p, limit)
 		}
 	}
+	if len(limits) != 1 || !limits[2.0] {
+		t.Errorf("limits shown while customer-42 ran: %v, want 2", limits)
+	}
 	if code, out := c.call("GET", "/v1/concurrency/customer-42", nil); code != http.StatusOK ||
-		out["running"] != 0.0 || out["waiting"] != 0.0 || out["limit"] != 2.0 {
+		out["running"] != 0.0 || out["waiting"] != 0.0 || out["limit"] != nil {
 		t.Errorf("customer-42 at the end: %d %v", code, out)
 	}
 	if code, out := c.call("POST", "/v1/jobs", map[string]any{"type": "noop", "concurrency": map[string]any{"key": "", "limit": 0}},

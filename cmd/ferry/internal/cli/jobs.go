@@ -70,6 +70,13 @@ type submitRequest struct {
 	NotAfter    string          `json:"not_after,omitempty"`
 	Tags        []string        `json:"tags,omitempty"`
 	Pool        string          `json:"pool,omitempty"`
+	// Concurrency is the job's concurrency key (docs/flow-control.md).
+	Concurrency *concurrencyRequest `json:"concurrency,omitempty"`
+}
+
+type concurrencyRequest struct {
+	Key   string `json:"key"`
+	Limit int    `json:"limit,omitempty"`
 }
 
 const submitDoc = `Submits a job. With --wait, polls the job until it is succeeded, dead or
@@ -101,6 +108,9 @@ func (r *runner) submit(args []string) int {
 	fs.Var(&tags, "tag", "tag (repeatable)")
 	fs.StringVar(&req.Pool, "pool", "", "worker pool: short or long")
 	fs.StringVar(&idemKey, "idempotency-key", "", "Idempotency-Key header")
+	var conc concurrencyRequest
+	fs.StringVar(&conc.Key, "concurrency-key", "", "concurrency key: at most --concurrency-limit jobs with it run at once")
+	fs.IntVar(&conc.Limit, "concurrency-limit", 0, "limit of --concurrency-key (server default: 1)")
 	fs.BoolVar(&wait, "wait", false, "wait until the job is succeeded, dead or cancelled")
 	fs.DurationVar(&waitInterval, "wait-interval", 500*time.Millisecond, "poll interval of --wait")
 
@@ -155,6 +165,11 @@ func (r *runner) submit(args []string) int {
 	req.Delay, req.Timeout = string(delay), string(timeout)
 	req.RunAt, req.NotAfter = string(runAt), string(notAft)
 	req.Tags = tags
+	if conc.Key != "" {
+		req.Concurrency = &conc
+	} else if conc.Limit != 0 {
+		return usageError(fs, "--concurrency-limit needs --concurrency-key")
+	}
 
 	cl, err := r.client(c)
 	if err != nil {
