@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -266,6 +267,11 @@ func flowBreaker(t *testing.T, e *e2e, rec *recorder) {
 		_, out := b.call("GET", "/v1/audit/events?type=breaker.changed", nil)
 		evs, _ := out["events"].([]any)
 		return len(evs) >= len(path)
+	})
+	waitFor(t, 20*time.Second, "the flow-control metrics", func() bool {
+		body := scrapeText(t, e.base+"/metrics")
+		return strings.Contains(body, `ferry_scheduler_breaker_transitions_total{to="open"`) &&
+			strings.Contains(body, `ferry_scheduler_gate_parked{gate="breaker"`) && strings.Contains(body, "ferry_scheduler_breakers_open")
 	})
 	if code, out := b.call("POST", "/v1/breakers/http/reset", nil); code != http.StatusOK || out["previous_state"] != schema.BreakerClosed {
 		t.Errorf("reset of a closed breaker: %d %v", code, out)
