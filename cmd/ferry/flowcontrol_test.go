@@ -269,9 +269,13 @@ func flowBreaker(t *testing.T, e *e2e, rec *recorder) {
 		return len(evs) >= len(path)
 	})
 	waitFor(t, 20*time.Second, "the flow-control metrics", func() bool {
-		body := scrapeText(t, e.base+"/metrics")
-		return strings.Contains(body, `ferry_scheduler_breaker_transitions_total{to="open"`) &&
-			strings.Contains(body, `ferry_scheduler_gate_parked{gate="breaker"`) && strings.Contains(body, "ferry_scheduler_breakers_open")
+		var transitions, parked, open bool
+		for _, l := range strings.Split(scrapeText(t, e.base+"/metrics"), "\n") {
+			transitions = transitions || strings.HasPrefix(l, "ferry_scheduler_breaker_transitions_total{") && strings.Contains(l, `to="open"`)
+			parked = parked || strings.HasPrefix(l, "ferry_scheduler_gate_parked{") && strings.Contains(l, `gate="breaker"`)
+			open = open || strings.HasPrefix(l, "ferry_scheduler_breakers_open")
+		}
+		return transitions && parked && open
 	})
 	if code, out := b.call("POST", "/v1/breakers/http/reset", nil); code != http.StatusOK || out["previous_state"] != schema.BreakerClosed {
 		t.Errorf("reset of a closed breaker: %d %v", code, out)
