@@ -94,10 +94,20 @@ type JobRequest struct {
 	Tags        []string
 	Pool        string // "short" (default) or "long"
 	Backoff     *Backoff
+	// Concurrency caps the tenant's jobs with its key running at once
+	// (docs/flow-control.md); nil for none.
+	Concurrency *Concurrency
 	// IdempotencyKey is the key of this job. Submit sends it as the
 	// Idempotency-Key header (a random one when empty); in SubmitBatch it is
 	// the item's own key.
 	IdempotencyKey string
+}
+
+// Concurrency is a job's concurrency key: at most Limit jobs of the tenant
+// with Key run at once (0: the server's default, 1).
+type Concurrency struct {
+	Key   string `json:"key"`
+	Limit int    `json:"limit,omitempty"`
 }
 
 // Int returns a pointer to n, for JobRequest.Priority.
@@ -127,22 +137,23 @@ func (r JobRequest) MarshalJSON() ([]byte, error) {
 		Jitter *float64 `json:"jitter,omitempty"`
 	}
 	w := struct {
-		Type           string     `json:"type"`
-		Queue          string     `json:"queue,omitempty"`
-		Priority       *int       `json:"priority,omitempty"`
-		Payload        any        `json:"payload,omitempty"`
-		RunAt          *time.Time `json:"run_at,omitempty"`
-		Delay          string     `json:"delay,omitempty"`
-		MaxAttempts    int        `json:"max_attempts,omitempty"`
-		Timeout        string     `json:"timeout,omitempty"`
-		NotAfter       *time.Time `json:"not_after,omitempty"`
-		Tags           []string   `json:"tags,omitempty"`
-		Pool           string     `json:"pool,omitempty"`
-		Backoff        *backoff   `json:"backoff,omitempty"`
-		IdempotencyKey string     `json:"idempotency_key,omitempty"`
+		Type           string       `json:"type"`
+		Queue          string       `json:"queue,omitempty"`
+		Priority       *int         `json:"priority,omitempty"`
+		Payload        any          `json:"payload,omitempty"`
+		RunAt          *time.Time   `json:"run_at,omitempty"`
+		Delay          string       `json:"delay,omitempty"`
+		MaxAttempts    int          `json:"max_attempts,omitempty"`
+		Timeout        string       `json:"timeout,omitempty"`
+		NotAfter       *time.Time   `json:"not_after,omitempty"`
+		Tags           []string     `json:"tags,omitempty"`
+		Pool           string       `json:"pool,omitempty"`
+		Backoff        *backoff     `json:"backoff,omitempty"`
+		Concurrency    *Concurrency `json:"concurrency,omitempty"`
+		IdempotencyKey string       `json:"idempotency_key,omitempty"`
 	}{Type: r.Type, Queue: r.Queue, Priority: r.Priority, Payload: r.Payload, Delay: wireDuration(r.Delay),
 		MaxAttempts: r.MaxAttempts, Timeout: wireDuration(r.Timeout), Tags: r.Tags, Pool: r.Pool,
-		IdempotencyKey: r.IdempotencyKey}
+		Concurrency: r.Concurrency, IdempotencyKey: r.IdempotencyKey}
 	if !r.RunAt.IsZero() {
 		w.RunAt = &r.RunAt
 	}

@@ -22,6 +22,7 @@ const usage = `Usage: ferry <command> [arguments]
 Commands:
   dev     run the whole stack in one process (embedded Kafka, local Postgres and Redis): ferry dev -h
   jobs    submit, get, list and cancel jobs: ferry jobs help
+  breakers list or reset the circuit breakers of your job types: ferry breakers help
   migrate apply or list every component's Postgres migrations, grant the runtime role, audit partition upkeep: ferry migrate help
   doctor  check a deployment's connections, credentials, topics, migrations and clock
 `
@@ -50,6 +51,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 0
 	case "jobs":
 		return cli.Jobs(ctx, args[1:], os.Getenv, stdout, stderr)
+	case "breakers":
+		return cli.Breakers(ctx, args[1:], os.Getenv, stdout, stderr)
 	case "migrate":
 		return opscmd.Migrate(ctx, args[1:], os.LookupEnv, stdout, stderr)
 	case "doctor":

@@ -181,6 +181,8 @@ func decodeData(ceType string, value []byte) (Data, error) {
 		return decodeAs[Dispatch](ceType, value)
 	case CETypeWorkerStatus:
 		return decodeAs[WorkerStatus](ceType, value)
+	case CETypeBreakerChanged:
+		return decodeAs[BreakerChanged](ceType, value)
 	}
 	return nil, fmt.Errorf("%w: %q", ErrUnknownType, ceType)
 }

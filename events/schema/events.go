@@ -104,6 +104,16 @@ type JobSpec struct {
 	Tags        []string        `json:"tags,omitempty"`
 	Pool        string          `json:"pool"`
 	Backoff     *Backoff        `json:"backoff,omitempty"`
+	// Concurrency caps how many jobs of the tenant with the same key run
+	// at once (flow control; docs/flow-control.md).
+	Concurrency *Concurrency `json:"concurrency,omitempty"`
+}
+
+// Concurrency is a job's concurrency key: at most Limit jobs of its tenant
+// carrying Key run at once across the cluster; the others wait, in order.
+type Concurrency struct {
+	Key   string `json:"key"`
+	Limit int    `json:"limit"`
 }
 
 // ErrorInfo is a failure as reported to users.

@@ -60,6 +60,7 @@ func exampleJob() JobSpec {
 		Tags:        []string{"onboarding", "email"},
 		Pool:        PoolShort,
 		Backoff:     &Backoff{Base: Duration(1500 * time.Millisecond), Max: Duration(5 * time.Minute), Jitter: new(0.1)},
+		Concurrency: &Concurrency{Key: "customer-42", Limit: 2},
 	}
 }
 
@@ -161,6 +162,10 @@ func recordTypes() []recordType {
 			Stopping:   true,
 			HandedBack: []JobRef{exRef(3), {JobID: "01943b6e-0000-7000-8000-00000000a002", TenantID: "tenant-globex", Attempt: 1}},
 		}},
+		{CETypeBreakerChanged, topics.Breakers(), "ferry/scheduler", BreakerChanged{
+			TenantID: exTenantID, JobType: "email.send", From: BreakerClosed, To: BreakerOpen,
+			Reason: BreakerReasonFailures, Failures: 5, Actor: "key_01943b6e", At: ts("2025-01-02T03:04:05Z"),
+		}},
 	}
 }
 
@@ -170,7 +175,7 @@ func allCETypes() []string {
 	for _, et := range EventTypes {
 		out = append(out, et.CEType())
 	}
-	return append(out, CETypeDispatch, CETypeWorkerStatus)
+	return append(out, CETypeDispatch, CETypeWorkerStatus, CETypeBreakerChanged)
 }
 
 func TestRecordTypesCoverEveryType(t *testing.T) {

@@ -53,7 +53,7 @@ func (t Topics) All() []string {
 	for _, p := range Pools {
 		out = append(out, t.Dispatch(p))
 	}
-	return append(out, t.Workers())
+	return append(out, t.Workers(), t.Breakers())
 }
 
 // EventTypeOf returns the lifecycle event type a topic carries, if any.

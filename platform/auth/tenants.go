@@ -42,6 +42,27 @@ type Settings struct {
 	MaxQueues int `json:"max_queues,omitempty"`
 	// MaxWebhookEndpoints bounds the tenant's webhook endpoints.
 	MaxWebhookEndpoints int `json:"max_webhook_endpoints,omitempty"`
+	// FlowControl holds the dispatch rate limits and circuit breakers the
+	// scheduler applies to the tenant's jobs, by job type.
+	FlowControl *FlowControl `json:"flow_control,omitempty"`
+}
+
+// FlowControl are a tenant's dispatch flow-control settings
+// (docs/flow-control.md), keyed by job type.
+type FlowControl struct {
+	// RateLimits caps how many jobs of a type start per second (burst at once).
+	RateLimits map[string]RateLimit `json:"rate_limits,omitempty"`
+	// Breakers configures a circuit breaker per type; "*" guards every
+	// type without its own. No entry: no breaker.
+	Breakers map[string]Breaker `json:"breakers,omitempty"`
+}
+
+// Breaker configures a circuit breaker: Failures failures of class
+// app_error, retryable or timeout within Window open it for Cooldown.
+type Breaker struct {
+	Failures int             `json:"failures"`
+	Window   schema.Duration `json:"window"`
+	Cooldown schema.Duration `json:"cooldown"`
 }
 
 // Tenant is a row of the tenants table.

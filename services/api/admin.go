@@ -26,11 +26,14 @@ type Tenant struct {
 	MaxRunning      int             `json:"max_running"`
 	MaxPayloadBytes int             `json:"max_payload_bytes"`
 	// MaxQueues and MaxWebhookEndpoints are 0 when the service defaults apply.
-	MaxQueues           int        `json:"max_queues"`
-	MaxWebhookEndpoints int        `json:"max_webhook_endpoints"`
-	Disabled            bool       `json:"disabled"`
-	DisabledAt          *time.Time `json:"disabled_at"`
-	CreatedAt           time.Time  `json:"created_at"`
+	MaxQueues           int `json:"max_queues"`
+	MaxWebhookEndpoints int `json:"max_webhook_endpoints"`
+	// FlowControl is null when the tenant has no dispatch rate limits nor
+	// circuit breakers (flowcontrol.go).
+	FlowControl *auth.FlowControl `json:"flow_control"`
+	Disabled    bool              `json:"disabled"`
+	DisabledAt  *time.Time        `json:"disabled_at"`
+	CreatedAt   time.Time         `json:"created_at"`
 }
 
 // APIKey is an API key's metadata; Key (the plain key) is set only in the
@@ -49,7 +52,8 @@ func tenantResource(t auth.Tenant) Tenant {
 		ID: t.ID, Name: t.Name, Weight: t.Weight, RateLimit: t.Settings.RateLimit,
 		MaxQueued: t.Settings.MaxQueued, MaxRunning: t.Settings.MaxRunning, MaxPayloadBytes: t.Settings.MaxPayloadBytes,
 		MaxQueues: t.Settings.MaxQueues, MaxWebhookEndpoints: t.Settings.MaxWebhookEndpoints,
-		Disabled: t.DisabledAt != nil, DisabledAt: t.DisabledAt, CreatedAt: t.CreatedAt,
+		FlowControl: t.Settings.FlowControl,
+		Disabled:    t.DisabledAt != nil, DisabledAt: t.DisabledAt, CreatedAt: t.CreatedAt,
 	}
 }
 
@@ -62,16 +66,17 @@ func keyResource(k auth.Key) APIKey {
 // tenant-specific limit (the service's default applies where it has one)
 // and rate_limit null removes the rate limit.
 type tenantRequest struct {
-	ID                  *string      `json:"id"`
-	Name                *string      `json:"name"`
-	Weight              *int         `json:"weight"`
-	RateLimit           optRateLimit `json:"rate_limit"`
-	MaxQueued           *int         `json:"max_queued"`
-	MaxRunning          *int         `json:"max_running"`
-	MaxPayloadBytes     *int         `json:"max_payload_bytes"`
-	MaxQueues           *int         `json:"max_queues"`
-	MaxWebhookEndpoints *int         `json:"max_webhook_endpoints"`
-	Disabled            *bool        `json:"disabled"`
+	ID                  *string        `json:"id"`
+	Name                *string        `json:"name"`
+	Weight              *int           `json:"weight"`
+	RateLimit           optRateLimit   `json:"rate_limit"`
+	MaxQueued           *int           `json:"max_queued"`
+	MaxRunning          *int           `json:"max_running"`
+	MaxPayloadBytes     *int           `json:"max_payload_bytes"`
+	MaxQueues           *int           `json:"max_queues"`
+	MaxWebhookEndpoints *int           `json:"max_webhook_endpoints"`
+	FlowControl         optFlowControl `json:"flow_control"`
+	Disabled            *bool          `json:"disabled"`
 }
 
 // optRateLimit tells an absent rate_limit from an explicit null.
@@ -141,6 +146,7 @@ func (r tenantRequest) apply(st *auth.Settings, maxPayload int, bad map[string]s
 	nonNeg("max_webhook_endpoints", r.MaxWebhookEndpoints, &st.MaxWebhookEndpoints, maxWebhookEndpointsLimit)
 	nonNeg("max_running", r.MaxRunning, &st.MaxRunning, 1<<31-1)
 	nonNeg("max_payload_bytes", r.MaxPayloadBytes, &st.MaxPayloadBytes, maxPayload)
+	r.FlowControl.apply(st, bad)
 }
 
 // maxTenantPayload bounds a tenant's max_payload_bytes: a payload must fit

@@ -56,6 +56,7 @@ func (s *Service) Routes(r chi.Router) {
 		r.Get("/v1/queues", s.handleListQueues)
 		r.Post("/v1/queues/{queue}/pause", s.handlePause)
 		r.Post("/v1/queues/{queue}/resume", s.handleResume)
+		s.flowRoutes(r) // breakers and concurrency keys (breakers.go)
 	})
 }
 

@@ -137,14 +137,16 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	defer cl.Close()
 
-	defer s.registerGauges()() // observability: queue gauges (observe.go)
+	defer s.registerGauges()()     // observability: queue gauges (observe.go)
+	defer s.registerGateGauges()() // flow control (breakers.go)
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { kafkax.WatchLag(gctx, cl, Group, s.Topics(), nil); return nil })
 	g.Go(func() error { return s.consume(gctx, cl) })
 	g.Go(func() error { return s.watchState(gctx) })
-	g.Go(func() error { return s.checkpointLoop(gctx) }) // partial Redis loss (checkpoint.go)
-	g.Go(func() error { return s.pruneLoop(gctx) })      // empty queues leave the indexes (prune.go)
-	g.Go(func() error { return s.syncLoop(gctx) })       // fair-share settings (tenants.go)
+	g.Go(func() error { return s.checkpointLoop(gctx) })      // partial Redis loss (checkpoint.go)
+	g.Go(func() error { return s.pruneLoop(gctx) })           // empty queues leave the indexes (prune.go)
+	g.Go(func() error { return s.syncLoop(gctx) })            // fair-share settings (tenants.go)
+	g.Go(func() error { return s.publishBreakersLoop(gctx) }) // breaker transitions (breakers.go)
 	for _, p := range s.cfg.Pools {
 		g.Go(func() error { return s.dispatchLoop(gctx, p) })
 	}

@@ -50,19 +50,24 @@ func (s *Service) syncSettings(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	pg := s.deps.Postgres
-	rows, err := pg.Query(ctx, `SELECT id, weight, COALESCE((settings->>'max_running')::int, 0) FROM tenants`)
+	rows, err := pg.Query(ctx, `SELECT id, weight, COALESCE((settings->>'max_running')::int, 0), settings->'flow_control' FROM tenants`)
 	if err != nil {
 		return fmt.Errorf("read tenants: %w", err)
 	}
 	ts := map[string]qstore.TenantSettings{}
+	flow := map[string]qstore.FlowSettings{}
 	for rows.Next() {
 		var id string
 		var st qstore.TenantSettings
-		if err := rows.Scan(&id, &st.Weight, &st.MaxRunning); err != nil {
+		var fc []byte
+		if err := rows.Scan(&id, &st.Weight, &st.MaxRunning, &fc); err != nil {
 			rows.Close()
 			return fmt.Errorf("read tenants: %w", err)
 		}
 		ts[id] = st
+		if f, ok := s.flowSettings(id, fc); ok {
+			flow[id] = f
+		}
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
@@ -86,6 +91,9 @@ func (s *Service) syncSettings(ctx context.Context) error {
 		return fmt.Errorf("read paused queues: %w", err)
 	}
 	if err := s.store.SetTenants(ctx, ts); err != nil {
+		return err
+	}
+	if err := s.store.SetFlowControl(ctx, s.cfg.Now(), flow); err != nil {
 		return err
 	}
 	return s.store.SetPaused(ctx, paused)

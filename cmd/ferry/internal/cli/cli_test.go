@@ -631,3 +631,40 @@ func TestSubmitWaitCancelledContext(t *testing.T) {
 		t.Errorf("exit %d, stderr %q", code, stderr.String())
 	}
 }
+
+// TestBreakersAndConcurrencyFlags: `ferry breakers` lists and resets
+// breakers; `ferry jobs submit --concurrency-key` sends the key and limit.
+func TestBreakersAndConcurrencyFlags(t *testing.T) {
+	api := newFakeAPI(t, func(w http.ResponseWriter, r *http.Request, _ []byte) {
+		switch r.URL.Path {
+		case "/v1/breakers":
+			writeJSON(w, http.StatusOK, `{"breakers":[{"type":"http","state":"open","open_until":"2026-11-25T00:00:30Z","probe_job_id":null,"failures":0,"waiting":7,"config":{}}],"next_cursor":""}`)
+		case "/v1/breakers/a/b/reset":
+			writeJSON(w, http.StatusOK, `{"type":"a/b","state":"closed","previous_state":"open"}`)
+		default:
+			writeJSON(w, http.StatusAccepted, `{"id":"job_1","status":"queued","type":"x"}`)
+		}
+	})
+	var out, errOut bytes.Buffer
+	if code := Breakers(context.Background(), []string{"list", "--url", api.URL, "--key", "k"}, nil, &out, &errOut); code != 0 ||
+		!strings.Contains(out.String(), "http") || !strings.Contains(out.String(), "open") || !strings.Contains(out.String(), "7") {
+		t.Fatalf("list: %d %q %q", code, out.String(), errOut.String())
+	}
+	out.Reset()
+	if code := Breakers(context.Background(), []string{"reset", "a/b", "--url", api.URL, "--key", "k"}, nil, &out, &errOut); code != 0 ||
+		out.String() != "breaker a/b closed (was open)\n" {
+		t.Fatalf("reset: %d %q %q", code, out.String(), errOut.String())
+	}
+	if code, _, errOut := run(t, nil, "submit", "--url", api.URL, "--key", "k", "--type", "x", "--concurrency-key", "customer-42", "--concurrency-limit", "2"); code != 0 {
+		t.Fatalf("submit: %d %s", code, errOut)
+	}
+	api.mu.Lock()
+	last := api.reqs[len(api.reqs)-1]
+	api.mu.Unlock()
+	if body := string(last.Body); !strings.Contains(body, `"concurrency":{"key":"customer-42","limit":2}`) {
+		t.Errorf("submit body %s", body)
+	}
+	if code, _, _ := run(t, nil, "submit", "--url", api.URL, "--key", "k", "--type", "x", "--concurrency-limit", "2"); code != 2 {
+		t.Errorf("--concurrency-limit without a key: exit %d, want 2", code)
+	}
+}

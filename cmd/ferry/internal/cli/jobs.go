@@ -26,6 +26,7 @@ type submitFlags struct {
 	delay, timeout durationString
 	runAt, notAft  timeString
 	tags           stringList
+	concurrency    client.Concurrency
 	wait           bool
 	waitInterval   time.Duration
 }
@@ -71,6 +72,8 @@ func (f *submitFlags) register(fs *flag.FlagSet) {
 	fs.Var(&f.tags, "tag", "tag (repeatable)")
 	fs.StringVar(&f.req.Pool, "pool", "", "worker pool: short or long")
 	fs.StringVar(&f.req.IdempotencyKey, "idempotency-key", "", "Idempotency-Key header (default: a random key, so retries never make a second job)")
+	fs.StringVar(&f.concurrency.Key, "concurrency-key", "", "concurrency key: at most --concurrency-limit jobs with it run at once")
+	fs.IntVar(&f.concurrency.Limit, "concurrency-limit", 0, "limit of --concurrency-key (server default: 1)")
 	fs.BoolVar(&f.wait, "wait", false, "wait until the job is succeeded, dead or cancelled")
 	fs.DurationVar(&f.waitInterval, "wait-interval", 500*time.Millisecond, "poll interval of --wait")
 }
@@ -95,6 +98,11 @@ func (f *submitFlags) request(fs *flag.FlagSet) string {
 		return "--pool must be short or long"
 	case f.waitInterval <= 0:
 		return "--wait-interval must be positive"
+	case f.concurrency.Key == "" && f.concurrency.Limit != 0:
+		return "--concurrency-limit needs --concurrency-key"
+	}
+	if f.concurrency.Key != "" {
+		req.Concurrency = &f.concurrency
 	}
 	if set["priority"] {
 		req.Priority = &f.priority

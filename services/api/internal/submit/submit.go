@@ -32,6 +32,9 @@ type Request struct {
 	Tags        []string        `json:"tags,omitempty"`
 	Pool        *string         `json:"pool,omitempty"`
 	Backoff     *BackoffRequest `json:"backoff,omitempty"`
+	// Concurrency caps the jobs of the tenant with the same key running at
+	// once (concurrency.go).
+	Concurrency *ConcurrencyRequest `json:"concurrency,omitempty"`
 	// IdempotencyKey is the per-item key of a batch (a single submission
 	// uses the Idempotency-Key header).
 	IdempotencyKey string `json:"idempotency_key,omitempty"`
@@ -128,6 +131,7 @@ func Validate(req Request, now time.Time, lim Limits) (Accepted, error) {
 	v.limits(req, &spec, runAt)
 	v.tags(req.Tags, &spec)
 	v.backoff(req.Backoff, &spec)
+	v.concurrency(req.Concurrency, &spec)
 	if err := schema.CheckText(req.IdempotencyKey); err != nil {
 		v.bad["idempotency_key"] = schema.FieldMessage(err)
 	} else if len(req.IdempotencyKey) > MaxIdempotencyKey {

@@ -61,19 +61,18 @@ func (s *Store) Apply(ctx context.Context, tx pgx.Tx, recs []*kgo.Record) error 
 			s.log.Warn("audit: skipping undecodable record", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "err", err)
 			continue
 		}
-		lc, ok := ev.Data.(schema.Lifecycle)
+		ref, typ, ok := subjectOf(ev.Data)
 		if !ok || seen[ev.ID] {
 			continue
 		}
 		seen[ev.ID] = true
-		ref := lc.Ref()
 		rows = append(rows, &pending{
 			Row: chain.Row{
 				ChainID:  chain.ID(ref.TenantID, r.Topic, r.Partition),
 				EventID:  ev.ID,
 				TenantID: ref.TenantID,
 				JobID:    ref.JobID,
-				Type:     string(lc.EventType()),
+				Type:     typ,
 				Attempt:  ref.Attempt,
 				Occurred: ev.Time.UTC().Truncate(time.Microsecond),
 				Actor:    actorOf(ev),
@@ -155,8 +154,28 @@ func actorOf(ev schema.Event) string {
 		if d.Actor != "" {
 			return d.Actor
 		}
+	case schema.BreakerChanged:
+		if d.Actor != "" {
+			return d.Actor
+		}
 	}
 	return ev.Source
+}
+
+// TypeBreakerChanged is the audit type of a circuit breaker's state change
+// (flow control); its row has no job id.
+const TypeBreakerChanged = "breaker.changed"
+
+// subjectOf is what the audit log records of a record: the job (tenant,
+// job id, attempt) and the type; false for records it does not keep.
+func subjectOf(d schema.Data) (schema.JobRef, string, bool) {
+	switch d := d.(type) {
+	case schema.Lifecycle:
+		return d.Ref(), string(d.EventType()), true
+	case schema.BreakerChanged:
+		return schema.JobRef{TenantID: d.TenantID}, TypeBreakerChanged, true
+	}
+	return schema.JobRef{}, "", false
 }
 
 func lockHeads(ctx context.Context, tx pgx.Tx, rows []*pending) (map[string]chain.Position, error) {

@@ -41,12 +41,13 @@ end
 
 local function unindex(jk, id)
   fair_unindex(jk, id)
-  local f = redis.call('HMGET', jk, 'queue', 'pool')
+  local f = redis.call('HMGET', jk, 'queue', 'pool', 'ck', 'gk', 'tenant', 'probe', 'type')
   if f[1] then
     redis.call('ZREM', ready_key(f[1]), id)
     redis.call('ZREM', delayed_key(f[1]), id)
   end
   if f[2] then redis.call('ZREM', inflight_key(f[2]), id) end
+  gate_leave(jk, id, f[3], f[4], f[5], f[6], f[7], now)
 end
 
 local function terminal(jk, state, tenant)
@@ -68,6 +69,7 @@ while i <= #ARGV do
   local op = ARGV[i]
   if op == 'E' then
     -- E id tenant attempt queue pool prio run_at_ms not_after_ms created ready spec history redriven_from type
+    --   concurrency_key concurrency_limit
     local id, tenant, attempt = ARGV[i + 1], ARGV[i + 2], tonumber(ARGV[i + 3])
     local q, pool, prio, run_at = ARGV[i + 4], ARGV[i + 5], ARGV[i + 6], tonumber(ARGV[i + 7])
     local jk = P .. 'job:' .. id
@@ -79,6 +81,7 @@ while i <= #ARGV do
       redis.call('HSET', jk, 'tenant', tenant, 'attempt', attempt, 'queue', q, 'pool', pool, 'prio', prio,
         'na', ARGV[i + 8], 'created', ARGV[i + 9], 'ready', ARGV[i + 10], 'spec', ARGV[i + 11],
         'history', ARGV[i + 12], 'rf', ARGV[i + 13], 'did', '', 'type', ARGV[i + 14])
+      if ARGV[i + 15] ~= '' then redis.call('HSET', jk, 'ck', ARGV[i + 15], 'cl', ARGV[i + 16]) end
       redis.call('SADD', P .. 'pool:' .. pool .. ':queues', q)
       if run_at > now then
         redis.call('ZADD', delayed_key(q), run_at, id)
@@ -89,7 +92,7 @@ while i <= #ARGV do
       end
       out[1] = 1
     end
-    i = i + 15
+    i = i + 17
   elseif op == 'S' then
     -- S id dispatch_id: started/progress extend the current dispatch's lease.
     local jk = P .. 'job:' .. ARGV[i + 1]
@@ -105,9 +108,10 @@ while i <= #ARGV do
     -- flight is reported as superseded so it can be told to stop.
     local id, did = ARGV[i + 1], ARGV[i + 3]
     local jk = P .. 'job:' .. id
-    local f = redis.call('HMGET', jk, 'state', 'did', 'tenant', 'attempt')
+    local f = redis.call('HMGET', jk, 'state', 'did', 'tenant', 'attempt', 'probe', 'type')
     local st = f[1]
     if st ~= 'done' then
+      if f[5] == '1' and f[3] then gate_succeeded(jk, f[3], f[6] or '', now) end
       if st == 'inflight' and f[2] and f[2] ~= '' and did ~= '' and f[2] ~= did then
         sup[#sup + 1] = id
         sup[#sup + 1] = f[3] or ARGV[i + 2]
@@ -123,12 +127,13 @@ while i <= #ARGV do
     -- F id dispatch_id class
     local id, did, class = ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
     local jk = P .. 'job:' .. id
-    local f = redis.call('HMGET', jk, 'state', 'did', 'pool')
+    local f = redis.call('HMGET', jk, 'state', 'did', 'pool', 'tenant', 'type', 'probe', 'ck')
     local st = f[1]
     if st and f[2] == did and did ~= '' then
       if st == 'inflight' or st == 'cancelled' then
         redis.call('ZREM', inflight_key(f[3]), id)
         fair_unrun(jk, id)
+        if class ~= 'worker_lost' then gate_run_failed(jk, id, did, class, f[4], f[5], f[6], f[7], now) end
         out[1] = 1
         if st == 'cancelled' or class == 'cancelled' then
           terminal(jk, 'cancelled')

@@ -65,6 +65,10 @@ for _, q in ipairs(queues) do
   end
 end
 
+-- 3b. Gates whose timer is due (rate-limit refills, breaker cool-downs)
+-- release their parked jobs (gates.lua).
+gate_wakeups(now)
+
 -- 4. Capacity. No live worker, no dispatch.
 local slots = 0
 for _, s in ipairs(redis.call('HVALS', wh)) do slots = slots + tonumber(s) end
@@ -85,7 +89,7 @@ end
 -- tenant's best job (priority, then FIFO, across its queues) and charges it
 -- estimate / weight. At most FAIR_SCAN tenants (by virtual time) are
 -- considered per step.
-local popped = 0
+local popped, parked = 0, 0
 if cap > 0 then
   local FAIR_SCAN = 512
   local ak, vk = PP .. ':active', PP .. ':vt'
@@ -96,7 +100,7 @@ if cap > 0 then
   local act = redis.call('ZRANGE', ak, 0, FAIR_SCAN - 1, 'WITHSCORES')
   for k = 1, #act, 2 do
     local t = act[k]
-    local c = redis.call('HMGET', P .. 'tenant:' .. t .. ':cfg', 'w', 'max')
+    local c = redis.call('HMGET', P .. 'tenant:' .. t .. ':cfg', 'w', 'max', 'rg', 'bg')
     local w = tonumber(c[1]) or 1
     if w <= 0 then w = 1 end
     local maxr = tonumber(c[2]) or 0
@@ -114,7 +118,8 @@ if cap > 0 then
       end
     end
     if any then
-      ten[#ten + 1] = {t = t, vt = tonumber(act[k + 1]), w = w, room = room, heads = heads, dirty = false}
+      ten[#ten + 1] = {t = t, vt = tonumber(act[k + 1]), w = w, room = room, heads = heads, dirty = false,
+        g = gate_tenant(t, c[3], c[4])}
     else
       -- No ready job it may run: inactive until a job or a resume
       -- activates it again (at no less than the virtual now).
@@ -143,13 +148,19 @@ if cap > 0 then
     popped = popped + 1
     if best.vt > vnow then vnow = best.vt end
     local jk = P .. 'job:' .. id
-    local f = redis.call('HMGET', jk, 'state', 'na', 'attempt', 'tenant', 'created', 'ready', 'spec', 'tp', 'type')
+    local f = redis.call('HMGET', jk, 'state', 'na', 'attempt', 'tenant', 'created', 'ready', 'spec', 'tp', 'type',
+      'ck', 'cl', 'gp', 'probe')
     if f[1] == 'ready' then
       local na = tonumber(f[2])
       if na and na <= now then
         redis.call('HSET', jk, 'state', 'expiring')
         redis.call('ZADD', outbox, now + retry_ms, id)
         expired(jk, id)
+        gate_leave(jk, id, f[10], nil, best.t, f[13], f[9], now)
+      elseif not gate_admit(best.g, best.t, jk, id, bh[2], f[9], f[10], f[11], f[12], now) then
+        popped = popped - 1 -- parked in its closed gate (gates.lua); the step goes on
+        parked = parked + 1
+        if parked >= GATE_CHUNK then break end
       else
         local est = tonumber(redis.call('HGET', P .. 'est', best.t .. '|' .. (f[9] or ''))) or def_est
         best.vt = best.vt + est / best.w
@@ -195,11 +206,14 @@ for _, q in ipairs(queues) do
     if next_due < 0 or s < next_due then next_due = s end
   end
 end
+local gate_ms = gate_next_ms()
+if gate_ms >= 0 and (next_due < 0 or gate_ms < next_due) then next_due = gate_ms end
 local next_lease = -1
 local r = redis.call('ZRANGE', inflight, 0, 0, 'WITHSCORES')
 if #r > 0 then next_lease = tonumber(r[2]) end
 local more = 0
 if cap > 0 and popped == cap and cap == maxb then more = 1 end
+if parked >= GATE_CHUNK then more = 1 end
 
 local res = {next_due, next_lease, #disp / 8, #exp / 8, more}
 for _, v in ipairs(disp) do res[#res + 1] = v end

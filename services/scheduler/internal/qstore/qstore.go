@@ -53,9 +53,10 @@ var (
 	//go:embed dispatch.lua
 	dispatchSrc string
 
-	// fair.lua (the fair-share helpers) is the prelude of both scripts.
-	applyScript    = redis.NewScript(fairSrc + applySrc)
-	dispatchScript = redis.NewScript(fairSrc + dispatchSrc)
+	// fair.lua (the fair-share helpers) and gates.lua (flow control) are
+	// the prelude of both scripts.
+	applyScript    = redis.NewScript(fairSrc + gatesSrc + applySrc)
+	dispatchScript = redis.NewScript(fairSrc + gatesSrc + dispatchSrc)
 )
 
 // Options configure a Store.
@@ -249,8 +250,9 @@ func (b *Batch) Enqueue(e schema.Enqueued, recordTime time.Time) error {
 		na = strconv.FormatInt(e.Job.NotAfter.UnixMilli(), 10)
 	}
 	prio := min(max(e.Job.Priority, 0), 9)
+	ck, cl := concurrencyArgs(e.Job.Concurrency)
 	b.add("E", e.JobID, e.TenantID, e.Attempt, QueueOf(e.Job), PoolOf(e.Job), prio, runAt, na,
-		e.CreatedAt.UTC().Format(time.RFC3339Nano), ready.UTC().Format(time.RFC3339Nano), spec, hist, e.RedrivenFrom, e.Job.Type)
+		e.CreatedAt.UTC().Format(time.RFC3339Nano), ready.UTC().Format(time.RFC3339Nano), spec, hist, e.RedrivenFrom, e.Job.Type, ck, cl)
 	return nil
 }
 

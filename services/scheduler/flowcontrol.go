@@ -1,0 +1,36 @@
+package scheduler
+
+import (
+	"encoding/json"
+
+	"github.com/ferryhq/ferry/platform/auth"
+	"github.com/ferryhq/ferry/services/scheduler/internal/qstore"
+)
+
+// Flow control (docs/flow-control.md): concurrency keys (carried by each
+// job), dispatch rate limits and circuit breakers (tenant settings, by job
+// type) are enforced inside the dispatch script (internal/qstore/gates.go).
+// This file brings the tenant settings in (syncSettings, tenants.go);
+// breakers.go serves the breakers and concurrency keys and publishes the
+// breakers' state changes.
+
+// flowSettings decodes a tenant's flow_control settings (raw JSON, nil when
+// absent); false when it has none.
+func (s *Service) flowSettings(tenant string, raw []byte) (qstore.FlowSettings, bool) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return qstore.FlowSettings{}, false
+	}
+	var fc auth.FlowControl
+	if err := json.Unmarshal(raw, &fc); err != nil {
+		s.log.Warn("ignoring a tenant's unreadable flow_control settings", "tenant", tenant, "err", err)
+		return qstore.FlowSettings{}, false
+	}
+	f := qstore.FlowSettings{RateLimits: map[string]qstore.RateLimit{}, Breakers: map[string]qstore.BreakerConfig{}}
+	for typ, rl := range fc.RateLimits {
+		f.RateLimits[typ] = qstore.RateLimit{PerSecond: rl.PerSecond, Burst: rl.Burst}
+	}
+	for typ, b := range fc.Breakers {
+		f.Breakers[typ] = qstore.BreakerConfig{Failures: b.Failures, Window: b.Window.D(), Cooldown: b.Cooldown.D()}
+	}
+	return f, len(f.RateLimits)+len(f.Breakers) > 0
+}
