@@ -1,0 +1,162 @@
+package callback
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/ferryhq/ferry/platform/pgstore"
+)
+
+//go:embed migrations/*.sql
+var migrations embed.FS
+
+// Migrations are the schema of the held async attempts, known to
+// `ferry migrate`.
+var Migrations = pgstore.Register("http_callbacks", migrations, "migrations")
+
+// Migrate creates the table of held async attempts. Both its writers (the
+// workers, the api) run it, so neither depends on the other having started.
+func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
+	return Migrations.Apply(ctx, pool)
+}
+
+// States of a job's row.
+const (
+	StateHeld      = "held"
+	StateCompleted = "completed"
+	StateFailed    = "failed"
+	// StateSettled: the worker reported the attempt itself (the receiver
+	// answered something else than 202, or did not answer).
+	StateSettled = "settled"
+)
+
+// Verdict is what the api does with a report.
+type Verdict int
+
+const (
+	// Apply: the token's dispatch holds the job; the report is applied.
+	Apply Verdict = iota
+	// Repeat: the same outcome was already recorded for this dispatch (a
+	// retried complete or fail): answer as before, change nothing.
+	Repeat
+	// Superseded: another dispatch or attempt holds the job now, or this
+	// one already ended otherwise: change nothing, tell the receiver to stop.
+	Superseded
+)
+
+// Attempts is the table of async attempts in Postgres.
+type Attempts struct{ pool *pgxpool.Pool }
+
+// NewAttempts returns the table over pool.
+func NewAttempts(pool *pgxpool.Pool) *Attempts { return &Attempts{pool: pool} }
+
+// Hold records c's dispatch as the one of its job that may report, before
+// its request is sent. It reports false when the job is already held by a
+// later attempt (a stale dispatch): the request must not be sent.
+func (a *Attempts) Hold(ctx context.Context, c Claims, now time.Time) (bool, error) {
+	tag, err := a.pool.Exec(ctx, `
+		INSERT INTO http_callbacks AS h (job_id, tenant_id, attempt, dispatch_id, state, updated_at)
+		VALUES ($1, $2, $3, $4, 'held', $5)
+		ON CONFLICT (job_id) DO UPDATE SET attempt = EXCLUDED.attempt, dispatch_id = EXCLUDED.dispatch_id,
+			state = 'held', updated_at = EXCLUDED.updated_at
+		WHERE h.tenant_id = EXCLUDED.tenant_id AND h.attempt <= EXCLUDED.attempt`,
+		c.JobID, c.TenantID, c.Attempt, c.DispatchID, now)
+	if err != nil {
+		return false, fmt.Errorf("callback: hold %s: %w", c.JobID, err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+// Settle ends c's dispatch as reported by the worker itself: its receiver
+// did not take the job, so no callback of it counts any more.
+func (a *Attempts) Settle(ctx context.Context, c Claims, now time.Time) error {
+	_, err := a.pool.Exec(ctx, `
+		UPDATE http_callbacks SET state = 'settled', updated_at = $3
+		WHERE job_id = $1 AND dispatch_id = $2 AND state = 'held'`, c.JobID, c.DispatchID, now)
+	if err != nil {
+		return fmt.Errorf("callback: settle %s: %w", c.JobID, err)
+	}
+	return nil
+}
+
+// Check is the verdict on a heartbeat or progress report of c.
+func (a *Attempts) Check(ctx context.Context, c Claims) (Verdict, error) {
+	state, ok, err := a.stateOf(ctx, c)
+	switch {
+	case err != nil:
+		return Superseded, err
+	case ok && state == StateHeld:
+		return Apply, nil
+	}
+	return Superseded, nil
+}
+
+// Claim records outcome (StateCompleted or StateFailed) for c's dispatch
+// if it still holds the job, in one statement: of two racing outcomes one
+// wins. A repeat of the recorded outcome is Repeat.
+func (a *Attempts) Claim(ctx context.Context, c Claims, outcome string, now time.Time) (Verdict, error) {
+	tag, err := a.pool.Exec(ctx, `
+		UPDATE http_callbacks SET state = $5, updated_at = $6
+		WHERE job_id = $1 AND tenant_id = $2 AND attempt = $3 AND dispatch_id = $4 AND state = 'held'`,
+		c.JobID, c.TenantID, c.Attempt, c.DispatchID, outcome, now)
+	if err != nil {
+		return Superseded, fmt.Errorf("callback: claim %s: %w", c.JobID, err)
+	}
+	if tag.RowsAffected() == 1 {
+		return Apply, nil
+	}
+	state, ok, err := a.stateOf(ctx, c)
+	switch {
+	case err != nil:
+		return Superseded, err
+	case ok && state == outcome:
+		return Repeat, nil
+	}
+	return Superseded, nil
+}
+
+// Unclaim gives a claimed outcome back (its event could not be produced),
+// so the receiver's retry of the same report is applied.
+func (a *Attempts) Unclaim(ctx context.Context, c Claims, outcome string) error {
+	_, err := a.pool.Exec(ctx, `
+		UPDATE http_callbacks SET state = 'held'
+		WHERE job_id = $1 AND dispatch_id = $2 AND state = $3`, c.JobID, c.DispatchID, outcome)
+	if err != nil {
+		return fmt.Errorf("callback: unclaim %s: %w", c.JobID, err)
+	}
+	return nil
+}
+
+// Prune deletes the rows last changed before before (jobs long finished:
+// no token outlives its TTL), in batches, and returns how many went.
+func (a *Attempts) Prune(ctx context.Context, before time.Time) (int64, error) {
+	tag, err := a.pool.Exec(ctx, `
+		DELETE FROM http_callbacks WHERE job_id IN (
+			SELECT job_id FROM http_callbacks WHERE updated_at < $1 LIMIT 5000)`, before)
+	if err != nil {
+		return 0, fmt.Errorf("callback: prune: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// stateOf returns the state of c's job when c's dispatch is the one the row
+// names (ok false: no row, or another tenant, attempt or dispatch).
+func (a *Attempts) stateOf(ctx context.Context, c Claims) (state string, ok bool, err error) {
+	var tenant, dispatch string
+	var attempt int
+	err = a.pool.QueryRow(ctx, `SELECT tenant_id, attempt, dispatch_id, state FROM http_callbacks WHERE job_id = $1`,
+		c.JobID).Scan(&tenant, &attempt, &dispatch, &state)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, fmt.Errorf("callback: read %s: %w", c.JobID, err)
+	}
+	return state, tenant == c.TenantID && attempt == c.Attempt && dispatch == c.DispatchID, nil
+}
