@@ -125,6 +125,11 @@ var Vars = []Var{
 	{"FERRY_WORKER_GRACE", "25s", "On SIGTERM, how long running handlers may take to finish before their jobs are handed back."},
 	{"FERRY_WORKER_HEARTBEAT", "5s", "How often a running handler heartbeats (extends its lease)."},
 
+	// worker: async http jobs (callbacks to the api).
+	{"FERRY_CALLBACK_URL", "", "The api's base URL as the receivers of async http jobs reach it; their requests carry <it>/v1/jobs/<id>/callback. `ferry dev` defaults to its own address. Unset: async http jobs fail permanent."},
+	{"FERRY_HTTP_ASYNC_LEASE", "5m", "Lease of an async http job whose payload sets none: how long its receiver may go between two reports (1s to 24h)."},
+	{"FERRY_HTTP_CALLBACK_TOKEN_TTL", "24h", "How long an async http job's callback token is valid: the longest an attempt may be held by its receiver in all."},
+
 	// audit.
 	{"FERRY_AUDIT_RETENTION", "8760h", "How long audit rows are kept; whole monthly partitions older than this are dropped."},
 	{"FERRY_AUDIT_EXPORT_CONCURRENCY", "2", "Audit exports one tenant may run at once per audit replica; more answer 429 too_many_exports."},
