@@ -111,6 +111,13 @@ func (a *Attempts) Claim(ctx context.Context, c Claims, outcome string, now time
 	if tag.RowsAffected() == 1 {
 		return Apply, nil
 	}
+	return a.Recorded(ctx, c, outcome)
+}
+
+// Recorded is Repeat when outcome is the one recorded for c's dispatch,
+// else Superseded: the verdict on an outcome reported for an attempt that
+// no longer holds its job.
+func (a *Attempts) Recorded(ctx context.Context, c Claims, outcome string) (Verdict, error) {
 	state, ok, err := a.stateOf(ctx, c)
 	switch {
 	case err != nil:

@@ -34,12 +34,11 @@ var (
 // terminalTimeout bounds the wait for a completed/failed acknowledgement.
 const terminalTimeout = 30 * time.Second
 
-// Bounds of the text a handler puts into events, as JSON-encoded in the
-// event (schema.EventText: valid UTF-8, no NUL). Error messages travel
-// again in every retry and the dlq event's history, so they stay short.
+// Bounds of the text a handler puts into events (schema.EventText: valid
+// UTF-8, no NUL), shared with the api's callback routes.
 const (
-	maxErrorMessage    = 4096
-	maxProgressMessage = 1024
+	maxErrorMessage    = schema.MaxErrorMessage
+	maxProgressMessage = schema.MaxProgressMessage
 )
 
 // Service is a running worker; it implements service.Component.
