@@ -128,8 +128,11 @@ func TestAttemptsFence(t *testing.T) {
 	if !hold(a2) || hold(claims("j", 1, "d9")) {
 		t.Fatal("attempt 2 must hold, a stale attempt 1 must not")
 	}
-	if v := must(a.Claim(ctx, d2, callback.StateFailed, now)); v != callback.Superseded {
-		t.Fatalf("attempt 1's fail after attempt 2 started: %v", v)
+	if v := must(a.Claim(ctx, d2, callback.StateFailed, now)); v != callback.Repeat {
+		t.Fatalf("attempt 1's fail repeated after attempt 2 started: %v", v)
+	}
+	if v := must(a.Claim(ctx, d2, callback.StateCompleted, now)); v != callback.Superseded {
+		t.Fatalf("attempt 1's complete after attempt 2 started: %v", v)
 	}
 	if v := must(a.Claim(ctx, a2, callback.StateCompleted, now)); v != callback.Apply {
 		t.Fatalf("attempt 2's complete: %v", v)
@@ -151,8 +154,8 @@ func TestAttemptsFence(t *testing.T) {
 		t.Fatalf("complete after the worker settled: %v", v)
 	}
 
-	if n, err := a.Prune(ctx, now.Add(time.Second)); err != nil || n != 2 {
-		t.Fatalf("prune: %d %v, want 2 rows", n, err)
+	if n, err := a.Prune(ctx, now.Add(time.Second)); err != nil || n != 3 {
+		t.Fatalf("prune: %d %v, want 3 rows", n, err)
 	}
 }
 

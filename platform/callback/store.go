@@ -3,11 +3,9 @@ package callback
 import (
 	"context"
 	"embed"
-	"errors"
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ferryhq/ferry/platform/pgstore"
@@ -56,16 +54,17 @@ type Attempts struct{ pool *pgxpool.Pool }
 // NewAttempts returns the table over pool.
 func NewAttempts(pool *pgxpool.Pool) *Attempts { return &Attempts{pool: pool} }
 
-// Hold records c's dispatch as the one of its job that may report, before
-// its request is sent. It reports false when the job is already held by a
-// later attempt (a stale dispatch): the request must not be sent.
+// Hold records c's dispatch as the one of its attempt that may report,
+// before its request is sent. It reports false when a later attempt of the
+// job has a row already (a stale dispatch): the request must not be sent.
 func (a *Attempts) Hold(ctx context.Context, c Claims, now time.Time) (bool, error) {
 	tag, err := a.pool.Exec(ctx, `
-		INSERT INTO http_callbacks AS h (job_id, tenant_id, attempt, dispatch_id, state, updated_at)
-		VALUES ($1, $2, $3, $4, 'held', $5)
-		ON CONFLICT (job_id) DO UPDATE SET attempt = EXCLUDED.attempt, dispatch_id = EXCLUDED.dispatch_id,
+		INSERT INTO http_callbacks AS h (job_id, attempt, tenant_id, dispatch_id, state, updated_at)
+		SELECT $1, $3, $2, $4, 'held', $5
+		WHERE NOT EXISTS (SELECT 1 FROM http_callbacks WHERE job_id = $1 AND attempt > $3)
+		ON CONFLICT (job_id, attempt) DO UPDATE SET dispatch_id = EXCLUDED.dispatch_id,
 			state = 'held', updated_at = EXCLUDED.updated_at
-		WHERE h.tenant_id = EXCLUDED.tenant_id AND h.attempt <= EXCLUDED.attempt`,
+		WHERE h.tenant_id = EXCLUDED.tenant_id`,
 		c.JobID, c.TenantID, c.Attempt, c.DispatchID, now)
 	if err != nil {
 		return false, fmt.Errorf("callback: hold %s: %w", c.JobID, err)
@@ -77,21 +76,30 @@ func (a *Attempts) Hold(ctx context.Context, c Claims, now time.Time) (bool, err
 // did not take the job, so no callback of it counts any more.
 func (a *Attempts) Settle(ctx context.Context, c Claims, now time.Time) error {
 	_, err := a.pool.Exec(ctx, `
-		UPDATE http_callbacks SET state = 'settled', updated_at = $3
-		WHERE job_id = $1 AND dispatch_id = $2 AND state = 'held'`, c.JobID, c.DispatchID, now)
+		UPDATE http_callbacks SET state = 'settled', updated_at = $4
+		WHERE job_id = $1 AND attempt = $2 AND dispatch_id = $3 AND state = 'held'`, c.JobID, c.Attempt, c.DispatchID, now)
 	if err != nil {
 		return fmt.Errorf("callback: settle %s: %w", c.JobID, err)
 	}
 	return nil
 }
 
-// Check is the verdict on a heartbeat or progress report of c.
+// holds is the condition that c's dispatch holds its job ($1 job, $2
+// tenant, $3 attempt, $4 dispatch): its row is held and no later attempt
+// has one.
+const holds = `job_id = $1 AND tenant_id = $2 AND attempt = $3 AND dispatch_id = $4 AND state = 'held'
+		AND NOT EXISTS (SELECT 1 FROM http_callbacks n WHERE n.job_id = $1 AND n.attempt > $3)`
+
+// Check is the verdict on a heartbeat or progress report of c: Apply while
+// c's dispatch holds the job, else Superseded.
 func (a *Attempts) Check(ctx context.Context, c Claims) (Verdict, error) {
-	state, ok, err := a.stateOf(ctx, c)
-	switch {
-	case err != nil:
-		return Superseded, err
-	case ok && state == StateHeld:
+	var held bool
+	err := a.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM http_callbacks WHERE `+holds+`)`,
+		c.JobID, c.TenantID, c.Attempt, c.DispatchID).Scan(&held)
+	if err != nil {
+		return Superseded, fmt.Errorf("callback: check %s: %w", c.JobID, err)
+	}
+	if held {
 		return Apply, nil
 	}
 	return Superseded, nil
@@ -101,9 +109,7 @@ func (a *Attempts) Check(ctx context.Context, c Claims) (Verdict, error) {
 // if it still holds the job, in one statement: of two racing outcomes one
 // wins. A repeat of the recorded outcome is Repeat.
 func (a *Attempts) Claim(ctx context.Context, c Claims, outcome string, now time.Time) (Verdict, error) {
-	tag, err := a.pool.Exec(ctx, `
-		UPDATE http_callbacks SET state = $5, updated_at = $6
-		WHERE job_id = $1 AND tenant_id = $2 AND attempt = $3 AND dispatch_id = $4 AND state = 'held'`,
+	tag, err := a.pool.Exec(ctx, `UPDATE http_callbacks SET state = $5, updated_at = $6 WHERE `+holds,
 		c.JobID, c.TenantID, c.Attempt, c.DispatchID, outcome, now)
 	if err != nil {
 		return Superseded, fmt.Errorf("callback: claim %s: %w", c.JobID, err)
@@ -115,14 +121,17 @@ func (a *Attempts) Claim(ctx context.Context, c Claims, outcome string, now time
 }
 
 // Recorded is Repeat when outcome is the one recorded for c's dispatch,
-// else Superseded: the verdict on an outcome reported for an attempt that
+// else Superseded: the verdict on an outcome reported by a dispatch that
 // no longer holds its job.
 func (a *Attempts) Recorded(ctx context.Context, c Claims, outcome string) (Verdict, error) {
-	state, ok, err := a.stateOf(ctx, c)
-	switch {
-	case err != nil:
-		return Superseded, err
-	case ok && state == outcome:
+	var same bool
+	err := a.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM http_callbacks
+		WHERE job_id = $1 AND tenant_id = $2 AND attempt = $3 AND dispatch_id = $4 AND state = $5)`,
+		c.JobID, c.TenantID, c.Attempt, c.DispatchID, outcome).Scan(&same)
+	if err != nil {
+		return Superseded, fmt.Errorf("callback: read %s: %w", c.JobID, err)
+	}
+	if same {
 		return Repeat, nil
 	}
 	return Superseded, nil
@@ -133,7 +142,7 @@ func (a *Attempts) Recorded(ctx context.Context, c Claims, outcome string) (Verd
 func (a *Attempts) Unclaim(ctx context.Context, c Claims, outcome string) error {
 	_, err := a.pool.Exec(ctx, `
 		UPDATE http_callbacks SET state = 'held'
-		WHERE job_id = $1 AND dispatch_id = $2 AND state = $3`, c.JobID, c.DispatchID, outcome)
+		WHERE job_id = $1 AND attempt = $2 AND dispatch_id = $3 AND state = $4`, c.JobID, c.Attempt, c.DispatchID, outcome)
 	if err != nil {
 		return fmt.Errorf("callback: unclaim %s: %w", c.JobID, err)
 	}
@@ -144,26 +153,10 @@ func (a *Attempts) Unclaim(ctx context.Context, c Claims, outcome string) error 
 // no token outlives its TTL), in batches, and returns how many went.
 func (a *Attempts) Prune(ctx context.Context, before time.Time) (int64, error) {
 	tag, err := a.pool.Exec(ctx, `
-		DELETE FROM http_callbacks WHERE job_id IN (
-			SELECT job_id FROM http_callbacks WHERE updated_at < $1 LIMIT 5000)`, before)
+		DELETE FROM http_callbacks WHERE (job_id, attempt) IN (
+			SELECT job_id, attempt FROM http_callbacks WHERE updated_at < $1 LIMIT 5000)`, before)
 	if err != nil {
 		return 0, fmt.Errorf("callback: prune: %w", err)
 	}
 	return tag.RowsAffected(), nil
-}
-
-// stateOf returns the state of c's job when c's dispatch is the one the row
-// names (ok false: no row, or another tenant, attempt or dispatch).
-func (a *Attempts) stateOf(ctx context.Context, c Claims) (state string, ok bool, err error) {
-	var tenant, dispatch string
-	var attempt int
-	err = a.pool.QueryRow(ctx, `SELECT tenant_id, attempt, dispatch_id, state FROM http_callbacks WHERE job_id = $1`,
-		c.JobID).Scan(&tenant, &attempt, &dispatch, &state)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return "", false, nil
-	}
-	if err != nil {
-		return "", false, fmt.Errorf("callback: read %s: %w", c.JobID, err)
-	}
-	return state, tenant == c.TenantID && attempt == c.Attempt && dispatch == c.DispatchID, nil
 }
