@@ -290,3 +290,29 @@ func TestAsyncMissedLease(t *testing.T) {
 		t.Fatalf("%d failed events: a lost lease is re-dispatched without one", n)
 	}
 }
+
+// TestAsyncReceiverIsInTheDocs keeps docs/http-jobs.md showing the work
+// function of the Python receiver the end-to-end test runs.
+func TestAsyncReceiverIsInTheDocs(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/http-jobs.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := os.ReadFile(filepath.Join(asyncExamples, "receiver.py"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := strings.Index(string(src), "def work(")
+	end := strings.Index(string(src)[max(start, 0):], "\n\n\n")
+	if start < 0 || end < 0 {
+		t.Fatal("receiver.py has no work function")
+	}
+	if fn := string(src)[start : start+end]; !strings.Contains(string(doc), fn) {
+		t.Errorf("docs/http-jobs.md does not show receiver.py's work function as it is:\n%s", fn)
+	}
+	for _, link := range []string{"examples/http-async/receiver.py", "examples/http-async/receiver.mjs"} {
+		if !strings.Contains(string(doc), link) {
+			t.Errorf("docs/http-jobs.md does not link %s", link)
+		}
+	}
+}
