@@ -37,8 +37,8 @@ const (
 	// maxCallbackBody bounds a report's body: a result of up to
 	// callbackMaxResult, escaped, and the rest.
 	maxCallbackBody = 4 * callbackMaxResult
-	// callbackMaxResult bounds a result, as a worker's default
-	// FERRY_WORKER max result (64 KiB).
+	// callbackMaxResult bounds a result: a worker's default bound of a
+	// handler's result (worker.Config.MaxResultBytes).
 	callbackMaxResult = 64 << 10
 	// maxCallbackRetryAfter bounds the retry_after of a fail, as the http
 	// handler bounds a Retry-After header.
