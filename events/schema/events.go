@@ -184,6 +184,12 @@ type Progress struct {
 	Percent    float64   `json:"percent"`
 	Message    string    `json:"message,omitempty"`
 	At         time.Time `json:"at"`
+	// Lease, when set, says the attempt is held outside Ferry's workers (an
+	// http job whose receiver answered 202 Accepted): the dispatch's lease
+	// runs until At + Lease and no longer holds a worker slot. Zero: the
+	// scheduler's own lease (FERRY_SCHEDULER_LEASE), the attempt runs on
+	// a worker.
+	Lease Duration `json:"lease,omitempty"`
 }
 
 // Completed says an attempt succeeded; it is terminal for the job.

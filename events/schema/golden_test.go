@@ -112,6 +112,7 @@ func recordTypes() []recordType {
 			Percent:    42.5,
 			Message:    "rendered template, sending",
 			At:         ts("2025-01-02T03:04:11Z"),
+			Lease:      Duration(5 * time.Minute),
 		}},
 		{EventCompleted.CEType(), topics.Lifecycle(EventCompleted), "ferry/worker", Completed{
 			JobRef:     exRef(3),

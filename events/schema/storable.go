@@ -55,6 +55,15 @@ const (
 // batch and record framing and the traceparent header the tracing hook adds.
 const MaxRecordBytes = 1_000_012 - 8<<10
 
+// Bounds of the text an attempt's reporter (a worker, or a receiver through
+// the callback API) puts into events, as EventText makes it. Error messages
+// travel again in every retry and the dlq event's history, so they stay
+// short.
+const (
+	MaxErrorMessage    = 4096
+	MaxProgressMessage = 1024
+)
+
 // MaxSubmitRecordBytes bounds the enqueued record of a new or re-driven job:
 // half of MaxRecordBytes, so the job's retry and dlq events, which carry the
 // same spec plus the attempt history, still fit.

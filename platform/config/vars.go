@@ -128,6 +128,11 @@ var Vars = []Var{
 	// The built-in worker of `ferry dev` (worker.BuildPools).
 	{"FERRY_DEV_WORKER_POOLS", "short,long", "Pools the built-in worker of `ferry dev` serves, comma-separated, or `none`. Leave a pool out to make a worker of your own its only worker (see examples/)."},
 
+	// worker: async http jobs (callbacks to the api).
+	{"FERRY_CALLBACK_URL", "", "The api's base URL as the receivers of async http jobs reach it; their requests carry <it>/v1/jobs/<id>/callback. `ferry dev` defaults to its own address. Unset: async http jobs fail permanent."},
+	{"FERRY_HTTP_ASYNC_LEASE", "5m", "Lease of an async http job whose payload sets none: how long its receiver may go between two reports (1s to 24h)."},
+	{"FERRY_HTTP_CALLBACK_TOKEN_TTL", "24h", "How long an async http job's callback token is valid: the longest an attempt may be held by its receiver in all."},
+
 	// audit.
 	{"FERRY_AUDIT_RETENTION", "8760h", "How long audit rows are kept; whole monthly partitions older than this are dropped."},
 	{"FERRY_AUDIT_EXPORT_CONCURRENCY", "2", "Audit exports one tenant may run at once per audit replica; more answer 429 too_many_exports."},

@@ -45,6 +45,7 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"github.com/ferryhq/ferry/platform/auth"
+	"github.com/ferryhq/ferry/platform/callback"
 	"github.com/ferryhq/ferry/platform/config"
 	"github.com/ferryhq/ferry/platform/projection"
 	"github.com/ferryhq/ferry/platform/secretbox"
@@ -258,6 +259,10 @@ type Service struct {
 	counts  *limits.Counter[store.Counts]
 	queues  *limits.Queues
 	signing *signing.Secrets
+	// callbackBox opens async http jobs' callback tokens; callbacks fences
+	// their reports (callbacks.go). Unset with signing.
+	callbackBox *secretbox.Box
+	callbacks   *callback.Attempts
 }
 
 var _ service.Component = (*Service)(nil)
@@ -302,6 +307,7 @@ func (s *Service) Routes(r chi.Router) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write(openAPI)
 	})
+	s.callbackRoutes(r) // callbacks.go: authenticated by their job-scoped token
 	r.Group(func(r chi.Router) {
 		r.Use(s.deps.Authenticate(), auth.RequireTenant)
 		r.Post("/v1/jobs", s.handleSubmit)

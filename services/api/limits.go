@@ -164,6 +164,11 @@ func (s *Service) retain(ctx context.Context) error {
 	if total > 0 {
 		s.log.Info("finished jobs past retention deleted", "jobs", total, "before", cutoff)
 	}
+	if s.callbacks != nil {
+		if _, err := s.callbacks.Prune(ctx, cutoff); err != nil {
+			return err
+		}
+	}
 	for ctx.Err() == nil {
 		n, err := s.store.DeleteIdleQueues(ctx, retentionBatch)
 		if err != nil {

@@ -49,6 +49,9 @@ func (s *Service) openSigning(ctx context.Context) error {
 		return fmt.Errorf("api: %w", err)
 	}
 	s.signing = sec
+	if err := s.openCallbacks(ctx, box); err != nil {
+		return fmt.Errorf("api: %w", err)
+	}
 	return nil
 }
 

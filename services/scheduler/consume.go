@@ -142,7 +142,11 @@ func (s *Service) process(ctx context.Context, recs []*kgo.Record) error {
 		case schema.Started:
 			b.Extend(d.JobID, d.DispatchID)
 		case schema.Progress:
-			b.Extend(d.JobID, d.DispatchID)
+			if d.Lease > 0 {
+				b.Hold(d.JobID, d.DispatchID, d.Lease.D())
+			} else {
+				b.Extend(d.JobID, d.DispatchID)
+			}
 		case schema.Completed:
 			b.Usage(d.JobID, d.DispatchID, d.StartedAt, d.FinishedAt) // reconciles the fair-share charge
 			b.Complete(d.JobID, d.TenantID, d.DispatchID)

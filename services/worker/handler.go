@@ -18,6 +18,10 @@ type Job = workertype.Job
 // Error is a handler error with an explicit failure class.
 type Error = workertype.Error
 
+// Detached is returned by a handler whose attempt another system took over
+// and reports through the api's callback routes; see [workertype.Detached].
+type Detached = workertype.Detached
+
 // PanicError reports a handler that panicked (class app_error).
 type PanicError = workertype.PanicError
 

@@ -130,6 +130,8 @@ func outcomeOf(herr, cause error) string {
 		return string(schema.ClassCancelled)
 	case errors.Is(cause, errJobTimeout):
 		return string(schema.ClassTimeout)
+	case errors.As(herr, new(*Detached)):
+		return "detached"
 	}
 	class, _ := ClassOf(herr)
 	return string(class)

@@ -21,7 +21,7 @@ import (
 // FERRY_WORKER_ID gets the pool appended.
 func BuildPools(_ context.Context, deps *service.Deps, l *config.Loader) (service.Component, error) {
 	base := LoadConfig(l).WithDefaults()
-	signer, err := newSigner(deps, base)
+	opts, err := handlerOptions(deps, base)
 	if err != nil {
 		return nil, err
 	}
@@ -35,7 +35,7 @@ func BuildPools(_ context.Context, deps *service.Deps, l *config.Loader) (servic
 		cfg.Pool = pool
 		cfg.WorkerID = base.WorkerID + "-" + pool
 		reg := NewRegistry()
-		handlers.Register(reg, handlers.Options{Allow: cfg.OutboundAllow, Signer: signer})
+		handlers.Register(reg, opts)
 		s, err := New(deps, cfg, reg)
 		if err != nil {
 			return nil, err

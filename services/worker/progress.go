@@ -41,6 +41,13 @@ func (r *reporter) report(percent float64, message string) {
 	}
 }
 
+// last returns the latest reported percent.
+func (r *reporter) last() float64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.percent
+}
+
 // stop flushes a pending report and waits for the loop to end.
 func (r *reporter) stop() {
 	close(r.done)

@@ -34,12 +34,11 @@ var (
 // terminalTimeout bounds the wait for a completed/failed acknowledgement.
 const terminalTimeout = 30 * time.Second
 
-// Bounds of the text a handler puts into events, as JSON-encoded in the
-// event (schema.EventText: valid UTF-8, no NUL). Error messages travel
-// again in every retry and the dlq event's history, so they stay short.
+// Bounds of the text a handler puts into events (schema.EventText: valid
+// UTF-8, no NUL), shared with the api's callback routes.
 const (
-	maxErrorMessage    = 4096
-	maxProgressMessage = 1024
+	maxErrorMessage    = schema.MaxErrorMessage
+	maxProgressMessage = schema.MaxProgressMessage
 )
 
 // Service is a running worker; it implements service.Component.
@@ -559,12 +558,15 @@ func (s *Service) process(hardCtx context.Context, q queued) {
 	cause := context.Cause(jobCtx)
 	defer s.endHandler(hspan, d, startedAt, finishedAt, herr, cause)
 	base := schema.Failed{JobRef: d.JobRef, WorkerID: s.cfg.WorkerID, DispatchID: d.DispatchID, StartedAt: startedAt, FinishedAt: finishedAt}
+	var detached *Detached
 	switch {
 	case herr == nil:
 		s.finish(traceCtx, r, &schema.Completed{
 			JobRef: d.JobRef, WorkerID: s.cfg.WorkerID, DispatchID: d.DispatchID,
 			Result: s.encodeResult(result, log), StartedAt: startedAt, FinishedAt: finishedAt,
 		}, true, log)
+	case errors.As(herr, &detached) && cause == nil:
+		s.detach(traceCtx, r, rep.last(), detached, log)
 	case errors.Is(cause, errShutdown):
 		s.mu.Lock()
 		if !r.abandoned {
@@ -585,6 +587,33 @@ func (s *Service) process(hardCtx context.Context, q queued) {
 		base.Error = schema.ErrorInfo{Class: class, Message: herr.Error()}
 		base.RetryAfter = schema.Duration(retryAfter)
 		s.finish(traceCtx, r, &base, false, log)
+	}
+}
+
+// detach hands r's attempt to the system that took it over (see Detached):
+// a progress event with the lease tells the scheduler the attempt is held
+// elsewhere, and the slot is free at once. The job is remembered as run by
+// this dispatch, not completed: a re-dispatch after a missed lease runs it
+// again. If the event is lost, the scheduler's own lease expires first and
+// the job is dispatched again (worker_lost), as for a worker that died.
+func (s *Service) detach(ctx context.Context, r *run, percent float64, d *Detached, log *slog.Logger) {
+	p := &schema.Progress{JobRef: r.ref, WorkerID: s.cfg.WorkerID, DispatchID: r.dispatchID, Percent: percent,
+		Message: schema.EventText(d.Message, maxProgressMessage), At: time.Now().UTC(), Lease: schema.Duration(d.Lease)}
+	rec, err := schema.NewRecord(s.deps.Topics.Lifecycle(schema.EventProgress), source, p)
+	if err == nil {
+		pctx, cancel := context.WithTimeout(ctx, terminalTimeout)
+		err = s.prod.ProduceSync(pctx, rec).FirstErr()
+		cancel()
+	}
+	if err != nil {
+		log.Error("producing the hand-over to the receiver; the job is dispatched again once its lease expires", "err", err)
+	} else {
+		log.Info("attempt held by its receiver", "lease", d.Lease)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.running[r.ref.JobID] == r {
+		delete(s.running, r.ref.JobID)
 	}
 }
 

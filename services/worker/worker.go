@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -62,6 +63,16 @@ type Config struct {
 	// SecretKeyFile is the key file used when SecretKey is empty. LoadConfig
 	// sets it to FERRY_DATA_DIR/secret-key.
 	SecretKeyFile string
+	// CallbackURL is the api's base URL as the receivers of async http
+	// jobs reach it (FERRY_CALLBACK_URL); `ferry dev` defaults it to its
+	// own address. Empty: async http jobs fail permanent.
+	CallbackURL string
+	// AsyncLease is the lease of an async http job whose payload sets none:
+	// how long its receiver may go between two reports. Defaults to 5m.
+	AsyncLease time.Duration
+	// CallbackTokenTTL bounds how long an async http job's attempt may be
+	// held in all: its callback token expires then. Defaults to 24h.
+	CallbackTokenTTL time.Duration
 
 	loadErr error
 }
@@ -86,6 +97,8 @@ func (c Config) WithDefaults() Config {
 	config.Default(&c.StatusInterval, time.Second)
 	config.Default(&c.MaxResultBytes, 64<<10)
 	config.Default(&c.RememberJobs, 100_000)
+	config.Default(&c.AsyncLease, 5*time.Minute)
+	config.Default(&c.CallbackTokenTTL, 24*time.Hour)
 	return c
 }
 
@@ -104,6 +117,15 @@ func (c Config) Validate() error {
 	if c.Grace < 0 || c.Heartbeat <= 0 || c.ProgressInterval <= 0 || c.StatusInterval <= 0 {
 		errs = append(errs, errors.New("FERRY_WORKER_GRACE must be ≥ 0 and FERRY_WORKER_HEARTBEAT > 0"))
 	}
+	errs = append(errs, handlers.CheckAsyncLease(c.AsyncLease, "FERRY_HTTP_ASYNC_LEASE"))
+	if c.CallbackTokenTTL < c.AsyncLease {
+		errs = append(errs, fmt.Errorf("FERRY_HTTP_CALLBACK_TOKEN_TTL=%v must be at least FERRY_HTTP_ASYNC_LEASE=%v", c.CallbackTokenTTL, c.AsyncLease))
+	}
+	if c.CallbackURL != "" {
+		if u, err := url.Parse(c.CallbackURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			errs = append(errs, fmt.Errorf("FERRY_CALLBACK_URL %q: want the api's absolute http(s) URL", c.CallbackURL))
+		}
+	}
 	return errors.Join(errs...)
 }
 
@@ -117,6 +139,10 @@ func LoadConfig(l *config.Loader) Config {
 		Heartbeat:     l.Duration("FERRY_WORKER_HEARTBEAT"),
 		OutboundAllow: l.Prefixes("FERRY_OUTBOUND_ALLOW"),
 		SecretKeyFile: filepath.Join(l.String("FERRY_DATA_DIR"), "secret-key"),
+
+		CallbackURL:      l.String("FERRY_CALLBACK_URL"),
+		AsyncLease:       l.Duration("FERRY_HTTP_ASYNC_LEASE"),
+		CallbackTokenTTL: l.Duration("FERRY_HTTP_CALLBACK_TOKEN_TTL"),
 	}
 	if l.IsSet("FERRY_SECRET_KEY") {
 		k, err := secretbox.ParseKey(l.String("FERRY_SECRET_KEY"))
@@ -148,12 +174,12 @@ func Build(ctx context.Context, deps *service.Deps, l *config.Loader) (service.C
 func BuildWith(register func(*Registry)) service.Builder {
 	return func(_ context.Context, deps *service.Deps, l *config.Loader) (service.Component, error) {
 		cfg := LoadConfig(l).WithDefaults()
-		signer, err := newSigner(deps, cfg)
+		opts, err := handlerOptions(deps, cfg)
 		if err != nil {
 			return nil, err
 		}
 		reg := NewRegistry()
-		handlers.Register(reg, handlers.Options{Allow: cfg.OutboundAllow, Signer: signer})
+		handlers.Register(reg, opts)
 		if register != nil {
 			register(reg)
 		}

@@ -21,6 +21,11 @@
 //     network errors are retryable, honouring Retry-After (seconds or an
 //     HTTP date); other 4xx, an invalid payload and an address refused by
 //     the SSRF guard are permanent; the request timeout is a timeout.
+//     With "async": true (and an optional "lease": "2m") the request also
+//     carries Ferry-Callback-Url, Ferry-Callback-Token and
+//     Ferry-Callback-Lease, and a 202 answer hands the attempt to the
+//     receiver (workertype.Detached), which reports through the api's
+//     callback routes (platform/callback; docs/http-jobs.md).
 //
 // The other three are test and demo handlers, for trying Ferry out and for
 // Ferry's own tests; production jobs should not rely on them:

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ferryhq/ferry/events/schema"
+	"github.com/ferryhq/ferry/platform/callback"
 	"github.com/ferryhq/ferry/services/worker/workertype"
 )
 
@@ -26,6 +27,23 @@ type Options struct {
 	// (signing.Secrets; worker.Build wires it). Nil sends them unsigned,
 	// for unit tests of handlers only.
 	Signer Signer
+	// Callbacks grants async http jobs their callback token (worker.Build
+	// wires a callback.Issuer). Nil: async jobs fail permanent.
+	Callbacks Callbacks
+	// AsyncLease is the lease of an async http job whose payload sets none
+	// (FERRY_HTTP_ASYNC_LEASE). Defaults to DefaultAsyncLease.
+	AsyncLease time.Duration
+}
+
+// Callbacks grants the dispatches of async http jobs the right to report
+// through the api's callback routes (callback.Issuer).
+type Callbacks interface {
+	// Issue records c's dispatch as the one that may report for its job
+	// and returns the URL and token its request carries; ok is false when a
+	// later attempt holds the job already.
+	Issue(ctx context.Context, c callback.Claims, now time.Time) (g callback.Grant, ok bool, err error)
+	// Settle ends c's dispatch as reported by the worker itself.
+	Settle(ctx context.Context, c callback.Claims, now time.Time) error
 }
 
 // Signer returns the HMAC keys that sign a tenant's requests at now, none

@@ -2,6 +2,7 @@ package handlers
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -46,6 +47,13 @@ type HTTPRequest struct {
 	// Content-Type application/json unless a header sets one).
 	Body    json.RawMessage `json:"body"`
 	Timeout schema.Duration `json:"timeout"`
+	// Async lets the receiver take the job: its request carries a callback
+	// URL and token, and a 202 Accepted answer hands the attempt over (see
+	// docs/http-jobs.md, "Async completion").
+	Async bool `json:"async"`
+	// Lease is how long an async job's receiver may go between two
+	// reports. Defaults to the worker's FERRY_HTTP_ASYNC_LEASE.
+	Lease schema.Duration `json:"lease"`
 }
 
 // HTTPResult is the result of a 2xx answer. The body is kept in the form
@@ -63,14 +71,21 @@ type HTTPResult struct {
 
 // HTTP is the http handler.
 type HTTP struct {
-	client *http.Client
-	signer Signer
+	client     *http.Client
+	signer     Signer
+	callbacks  Callbacks
+	asyncLease time.Duration
 }
 
 // NewHTTP returns the http handler, its client guarded against SSRF and its
 // requests signed with the keys of o.Signer.
 func NewHTTP(o Options) *HTTP {
-	return &HTTP{client: outbound.NewClient(outbound.Options{Allow: o.Allow, Timeout: MaxHTTPTimeout}), signer: o.Signer}
+	lease := o.AsyncLease
+	if lease == 0 {
+		lease = DefaultAsyncLease
+	}
+	return &HTTP{client: outbound.NewClient(outbound.Options{Allow: o.Allow, Timeout: MaxHTTPTimeout}), signer: o.Signer,
+		callbacks: o.Callbacks, asyncLease: lease}
 }
 
 // Handle runs one http job.
@@ -80,6 +95,9 @@ func (h *HTTP) Handle(ctx context.Context, job *workertype.Job) (any, error) {
 		return nil, err
 	}
 	req, body, timeout, err := p.build(ctx)
+	if err == nil {
+		err = p.checkAsync()
+	}
 	if err != nil {
 		return nil, workertype.Permanent(fmt.Errorf("http: %w", err))
 	}
@@ -88,6 +106,13 @@ func (h *HTTP) Handle(ctx context.Context, job *workertype.Job) (any, error) {
 	req = req.WithContext(ctx)
 	if err := h.identify(ctx, req, job, body); err != nil {
 		return nil, err
+	}
+	var async *asyncAttempt
+	if p.Async {
+		if async, err = h.grantAsync(ctx, req, job, cmp.Or(p.Lease.D(), h.asyncLease)); err != nil {
+			return nil, err
+		}
+		defer async.settle(ctx)
 	}
 
 	resp, err := h.client.Do(req)
@@ -106,6 +131,9 @@ func (h *HTTP) Handle(ctx context.Context, job *workertype.Job) (any, error) {
 		return nil, workertype.Retryable(fmt.Errorf("http: %s %s: %w", req.Method, redact(req.URL), unwrapURLError(err)), 0)
 	}
 	defer resp.Body.Close()
+	if d := async.handOver(resp); d != nil {
+		return nil, d
+	}
 	answer, truncated, rerr := outbound.ReadBody(resp.Body, MaxResponseBody)
 
 	switch code := resp.StatusCode; {
@@ -152,6 +180,17 @@ func (h *HTTP) identify(ctx context.Context, req *http.Request, job *workertype.
 }
 
 var errRequestTimeout = errors.New("http: request timeout")
+
+// checkAsync refuses a lease out of bounds, or on a job that is not async.
+func (p HTTPRequest) checkAsync() error {
+	switch {
+	case p.Lease == 0:
+		return nil
+	case !p.Async:
+		return errors.New("lease is for async jobs only (set async: true)")
+	}
+	return CheckAsyncLease(p.Lease.D(), "lease")
+}
 
 // build returns the request of p, the body it sends (which the signature
 // covers) and its timeout.

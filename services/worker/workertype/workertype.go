@@ -133,3 +133,20 @@ type PanicError struct {
 }
 
 func (e *PanicError) Error() string { return fmt.Sprintf("handler panicked: %v", e.Value) }
+
+// Detached is returned by a handler whose attempt another system took over
+// (the http handler's receiver answered 202 Accepted to an async job): that
+// system reports progress and the outcome through the api's callback routes,
+// at least once per Lease. The worker frees the slot at once and reports
+// neither completion nor failure; it tells the scheduler the attempt is
+// held elsewhere, with Lease, so a receiver that goes silent makes it
+// worker_lost and dispatched again.
+type Detached struct {
+	Lease time.Duration
+	// Message is the progress message the hand-over reports.
+	Message string
+}
+
+func (d *Detached) Error() string {
+	return fmt.Sprintf("attempt detached from the worker (lease %s): %s", d.Lease, d.Message)
+}

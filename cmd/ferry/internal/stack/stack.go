@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strconv"
 
 	"golang.org/x/sync/errgroup"
 
@@ -62,11 +63,20 @@ func Start(ctx context.Context, common config.Common, l *config.Loader, tel *tel
 	if err != nil {
 		return nil, err
 	}
+	// Listen first: the workers' callback URL (async http jobs) defaults
+	// to the front door's address, port 0 included.
+	ln, err := net.Listen("tcp", common.HTTPAddr)
+	if err != nil {
+		deps.Close()
+		return nil, fmt.Errorf("listen %s: %w", common.HTTPAddr, err)
+	}
+	l.SetDefault("FERRY_CALLBACK_URL", "http://"+reachable(ln.Addr()))
 	router := httpx.NewRouter("ferry", deps.Checks(), tel.Metrics)
 	var comps []service.Component
 	for _, s := range Services {
 		c, err := s.Build(ctx, deps, l)
 		if err != nil {
+			ln.Close()
 			deps.Close()
 			return nil, fmt.Errorf("%s: %w", s.Name, err)
 		}
@@ -74,13 +84,9 @@ func Start(ctx context.Context, common config.Common, l *config.Loader, tel *tel
 		comps = append(comps, c)
 	}
 	if err := l.Err(); err != nil {
+		ln.Close()
 		deps.Close()
 		return nil, fmt.Errorf("configuration: %w", err)
-	}
-	ln, err := net.Listen("tcp", common.HTTPAddr)
-	if err != nil {
-		deps.Close()
-		return nil, fmt.Errorf("listen %s: %w", common.HTTPAddr, err)
 	}
 	st := &Stack{Addr: ln.Addr().String(), Deps: deps, Handler: router, done: make(chan struct{})}
 	go func() {
@@ -97,6 +103,15 @@ func Start(ctx context.Context, common config.Common, l *config.Loader, tel *tel
 		}
 	}()
 	return st, nil
+}
+
+// reachable is addr as a client on this host dials it: an unspecified
+// host (listening on every interface) is loopback.
+func reachable(addr net.Addr) string {
+	if a, ok := addr.(*net.TCPAddr); ok && a.IP.IsUnspecified() {
+		return net.JoinHostPort("127.0.0.1", strconv.Itoa(a.Port))
+	}
+	return addr.String()
 }
 
 // Wait blocks until the stack has stopped and returns why.

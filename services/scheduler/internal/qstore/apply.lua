@@ -22,6 +22,18 @@ local sup = {}
 local function ready_key(q) return P .. 'q:' .. q .. ':ready' end
 local function delayed_key(q) return P .. 'q:' .. q .. ':delayed' end
 local function inflight_key(pool) return P .. 'pool:' .. pool .. ':inflight' end
+local function held_key(pool) return P .. 'pool:' .. pool .. ':held' end
+
+-- hold_lease moves an in-flight job to its pool's held set (leases of
+-- attempts held outside Ferry's workers, which count against no worker
+-- slot) with the lease deadline until. Its tenant was charged the estimate
+-- at dispatch; the time a receiver holds it takes no slot, so no measured
+-- run time reconciles that charge (the est fields go, fair.lua).
+local function hold_lease(jk, id, pool, until_ms)
+  redis.call('ZREM', inflight_key(pool), id)
+  redis.call('ZADD', held_key(pool), until_ms, id)
+  redis.call('HDEL', jk, 'est', 'cw')
+end
 
 -- make_ready puts a job in its queue's ready set: at the back of its
 -- priority (a fresh FIFO sequence), or at the front (its old sequence in
@@ -46,7 +58,10 @@ local function unindex(jk, id)
     redis.call('ZREM', ready_key(f[1]), id)
     redis.call('ZREM', delayed_key(f[1]), id)
   end
-  if f[2] then redis.call('ZREM', inflight_key(f[2]), id) end
+  if f[2] then
+    redis.call('ZREM', inflight_key(f[2]), id)
+    redis.call('ZREM', held_key(f[2]), id)
+  end
   gate_leave(jk, id, f[3], f[4], f[5], f[6], f[7], now)
 end
 
@@ -94,13 +109,22 @@ while i <= #ARGV do
     end
     i = i + 17
   elseif op == 'S' then
-    -- S id dispatch_id: started/progress extend the current dispatch's lease.
-    local jk = P .. 'job:' .. ARGV[i + 1]
+    -- S id dispatch_id hold_ms: started/progress extend the current
+    -- dispatch's lease. hold_ms > 0 says the attempt is held outside Ferry's
+    -- workers (an async http job): it moves to the pool's held set, where it
+    -- holds no worker slot, with a lease of hold_ms.
+    local id = ARGV[i + 1]
+    local jk = P .. 'job:' .. id
     local f = redis.call('HMGET', jk, 'state', 'did', 'pool')
     if f[2] == ARGV[i + 2] and (f[1] == 'inflight' or f[1] == 'cancelled') then
-      redis.call('ZADD', inflight_key(f[3]), 'XX', now + lease, ARGV[i + 1])
+      local hold = tonumber(ARGV[i + 3]) or 0
+      if hold > 0 then
+        hold_lease(jk, id, f[3], now + hold)
+      else
+        redis.call('ZADD', inflight_key(f[3]), 'XX', now + lease, id)
+      end
     end
-    i = i + 3
+    i = i + 4
   elseif op == 'C' then
     -- C id tenant dispatch_id: completed; terminal, frees the slot, never
     -- dispatched again. A completion by another dispatch than the one in
@@ -132,6 +156,7 @@ while i <= #ARGV do
     if st and f[2] == did and did ~= '' then
       if st == 'inflight' or st == 'cancelled' then
         redis.call('ZREM', inflight_key(f[3]), id)
+        redis.call('ZREM', held_key(f[3]), id)
         fair_unrun(jk, id)
         if class ~= 'worker_lost' then gate_run_failed(jk, id, did, class, f[4], f[5], f[6], f[7], now) end
         out[1] = 1

@@ -20,6 +20,7 @@ end
 local STEP, NORMAL = 1e14, 5e13
 local PP = P .. 'pool:' .. pool
 local inflight, wz, wh, outbox = PP .. ':inflight', PP .. ':workers', PP .. ':slots', PP .. ':outbox'
+local held = PP .. ':held'
 
 local function make_ready(jk, id, front)
   local f = redis.call('HMGET', jk, 'queue', 'prio', 'seq')
@@ -40,15 +41,18 @@ for _, w in ipairs(redis.call('ZRANGEBYSCORE', wz, '-inf', now)) do
   redis.call('HDEL', wh, w)
 end
 
--- 2. Expired leases.
+-- 2. Expired leases, of attempts on workers (inflight) and of attempts held
+-- outside them (held: async http jobs, apply.lua).
 local lost = 0
-for _, id in ipairs(redis.call('ZRANGEBYSCORE', inflight, '-inf', now, 'LIMIT', 0, 1000)) do
-  redis.call('ZREM', inflight, id)
-  local jk = P .. 'job:' .. id
-  fair_unrun(jk, id)
-  if redis.call('HGET', jk, 'state') == 'inflight' then
-    make_ready(jk, id, true)
-    lost = lost + 1
+for _, leases in ipairs({inflight, held}) do
+  for _, id in ipairs(redis.call('ZRANGEBYSCORE', leases, '-inf', now, 'LIMIT', 0, 1000)) do
+    redis.call('ZREM', leases, id)
+    local jk = P .. 'job:' .. id
+    fair_unrun(jk, id)
+    if redis.call('HGET', jk, 'state') == 'inflight' then
+      make_ready(jk, id, true)
+      lost = lost + 1
+    end
   end
 end
 
@@ -209,8 +213,10 @@ end
 local gate_ms = gate_next_ms()
 if gate_ms >= 0 and (next_due < 0 or gate_ms < next_due) then next_due = gate_ms end
 local next_lease = -1
-local r = redis.call('ZRANGE', inflight, 0, 0, 'WITHSCORES')
-if #r > 0 then next_lease = tonumber(r[2]) end
+for _, leases in ipairs({inflight, held}) do
+  local r = redis.call('ZRANGE', leases, 0, 0, 'WITHSCORES')
+  if #r > 0 and (next_lease < 0 or tonumber(r[2]) < next_lease) then next_lease = tonumber(r[2]) end
+end
 local more = 0
 if cap > 0 and popped == cap and cap == maxb then more = 1 end
 if parked >= GATE_CHUNK then more = 1 end

@@ -16,6 +16,8 @@
 //	                             those empty for less than the idle time (prune.lua)
 //	P pool:<pool>:idle     HASH  queue → ms it was first seen empty by a sweep (prune.lua)
 //	P pool:<pool>:inflight ZSET  job ids by lease deadline (ms)
+//	P pool:<pool>:held     ZSET  job ids held outside Ferry's workers (async http jobs) by
+//	                             lease deadline (ms); they take no worker slot
 //	P pool:<pool>:workers  ZSET  worker ids by liveness deadline (ms)
 //	P pool:<pool>:slots    HASH  worker id → slots
 //	P pool:<pool>:outbox   ZSET  expired (not_after) job ids whose dlq record awaits acknowledgement
@@ -257,7 +259,15 @@ func (b *Batch) Enqueue(e schema.Enqueued, recordTime time.Time) error {
 }
 
 // Extend renews the lease of the job's current dispatch (started, progress).
-func (b *Batch) Extend(jobID, dispatchID string) { b.add("S", jobID, dispatchID) }
+func (b *Batch) Extend(jobID, dispatchID string) { b.add("S", jobID, dispatchID, 0) }
+
+// Hold renews the lease of the job's current dispatch for lease, as held
+// outside Ferry's workers (a progress event with a lease: an async http
+// job): the job moves to its pool's held set and stops counting against
+// the pool's worker slots.
+func (b *Batch) Hold(jobID, dispatchID string, lease time.Duration) {
+	b.add("S", jobID, dispatchID, max(lease.Milliseconds(), 1))
+}
 
 // Complete marks the job done for good and frees its slot. When another
 // dispatch than dispatchID is in flight, Apply reports it in Superseded.
