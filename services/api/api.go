@@ -6,8 +6,10 @@
 //
 // A valid submission gets a job id (job_ + UUIDv7) and is produced as an
 // enqueued event (attempt 1) to ferry.jobs.enqueued with acks=all before the
-// 202 answer; a batch is one produce call. Delivery of jobs to handlers is
-// at least once.
+// 202 answer. Submissions arriving while a produce is in flight share the
+// next one (internal/groupcommit): one produce call and one Redis pipeline
+// per group, each request answered once its own records are acknowledged.
+// Delivery of jobs to handlers is at least once.
 //
 // # Idempotency
 //
@@ -50,6 +52,7 @@ import (
 	"github.com/ferryhq/ferry/platform/secretbox"
 	"github.com/ferryhq/ferry/platform/service"
 	"github.com/ferryhq/ferry/platform/signing"
+	"github.com/ferryhq/ferry/services/api/internal/groupcommit"
 	"github.com/ferryhq/ferry/services/api/internal/idem"
 	"github.com/ferryhq/ferry/services/api/internal/limits"
 	"github.com/ferryhq/ferry/services/api/internal/store"
@@ -258,6 +261,9 @@ type Service struct {
 	counts  *limits.Counter[store.Counts]
 	queues  *limits.Queues
 	signing *signing.Secrets
+	// commit produces concurrent submissions together (a group commit),
+	// caching each group's just-submitted jobs beside the produce.
+	commit *groupcommit.Committer[map[string][]byte]
 }
 
 var _ service.Component = (*Service)(nil)
@@ -290,6 +296,7 @@ func New(deps *service.Deps, cfg Config) (*Service, error) {
 		counts:  limits.NewCounter(cfg.CountsCacheTTL, st.TenantCounts),
 		queues:  limits.NewQueues(cfg.CountsCacheTTL, time.Minute, st.TenantQueues),
 	}
+	s.commit = groupcommit.New(deps.Kafka.ProduceSync, s.cacheSubmitted, produceGroupTimeout)
 	if err := s.openSigning(context.Background()); err != nil {
 		return nil, err
 	}

@@ -42,7 +42,7 @@ type submission struct {
 	done             []idem.Finished
 	release, abandon []idem.Claim
 	produced         []int // item index of each record, in produce order
-	submitted        map[string][]byte
+	accepted         int   // records acknowledged
 }
 
 // submit validates, deduplicates and produces items: validate → claim keys →
@@ -55,7 +55,7 @@ func (s *Service) submit(ctx context.Context, settings auth.Settings, items []it
 	p, _ := auth.FromContext(ctx)
 	b := &submission{s: s, tenant: p.TenantID, keyID: p.KeyID, settings: settings, items: items,
 		now: s.cfg.Now().UTC().Truncate(time.Microsecond), out: make([]outcome, len(items)),
-		per: make([]pending, len(items)), submitted: map[string][]byte{}}
+		per: make([]pending, len(items))}
 	if err := b.validate(); err != nil {
 		return nil, err
 	}
@@ -234,25 +234,45 @@ func (b *submission) buildRecords(ctx context.Context) error {
 	return nil
 }
 
-// produce sends every new job in one call and notes what each outcome means
-// for its key.
+// produceGroupTimeout bounds one group commit's produce: it runs on no
+// request's context (one client going away must not fail the others'
+// records), so it needs a bound of its own for a broker that never answers.
+const produceGroupTimeout = 30 * time.Second
+
+// cacheSubmitted is the group commit's side write: the resources of the
+// group's new jobs, for reads that beat the projection. It runs beside the
+// produce, so a job whose produce fails is cached too; harmless, since only
+// the request that failed knew its id (an Idempotency-Key retry reuses the
+// id and produces the same job).
+func (s *Service) cacheSubmitted(ctx context.Context, groups []map[string][]byte) {
+	if err := s.idem.CacheSubmitted(ctx, groups); err != nil {
+		s.log.WarnContext(ctx, "submitted cache write failed", "err", err)
+	}
+}
+
+// produce sends every new job in the next group commit and notes what each
+// outcome means for its key.
 func (b *submission) produce(ctx context.Context) {
 	if len(b.produced) == 0 {
 		return
 	}
 	recs := make([]*kgo.Record, len(b.produced))
+	cache := make(map[string][]byte, len(b.produced))
 	for k, i := range b.produced {
 		recs[k] = b.per[i].rec
+		cached := b.out[i].job
+		cached.Deduplicated = nil
+		cache[cached.ID], _ = json.Marshal(cached)
 	}
 	keyed := len(b.claimsHeld()) > 0
 	b.s.testPause(ctx, pauseClaimed, keyed)
-	results := b.s.deps.Kafka.ProduceSync(ctx, recs...)
+	errs := b.s.commit.Produce(ctx, cache, recs...)
 	b.s.testPause(ctx, pauseProduced, keyed)
-	for k, res := range results {
+	for k, err := range errs {
 		i := b.produced[k]
 		c := b.per[i].claim
-		if res.Err != nil {
-			b.s.log.ErrorContext(ctx, "produce enqueued failed", "tenant", b.tenant, "job_id", b.out[i].job.ID, "err", res.Err)
+		if err != nil {
+			b.s.log.ErrorContext(ctx, "produce enqueued failed", "tenant", b.tenant, "job_id", b.out[i].job.ID, "err", err)
 			b.out[i] = outcome{err: errUnavailable}
 			if c != nil {
 				b.abandon = append(b.abandon, *c) // it may have reached Kafka
@@ -262,11 +282,9 @@ func (b *submission) produce(ctx context.Context) {
 		if c != nil {
 			b.done = append(b.done, idem.Finished{Key: c.Key, Hash: c.Hash, JobID: b.out[i].job.ID})
 		}
-		cached := b.out[i].job
-		cached.Deduplicated = nil
-		enc, _ := json.Marshal(cached)
-		b.submitted[cached.ID] = enc
-		b.s.log.DebugContext(ctx, "job submitted", "tenant", b.tenant, "job_id", cached.ID, "type", cached.Type, "queue", cached.Queue)
+		b.accepted++
+		j := b.out[i].job
+		b.s.log.DebugContext(ctx, "job submitted", "tenant", b.tenant, "job_id", j.ID, "type", j.Type, "queue", j.Queue)
 	}
 }
 
@@ -274,8 +292,8 @@ func (b *submission) produce(ctx context.Context) {
 // until the cached count refreshes. The jobs are produced by now: a failure
 // here is logged, and the projection remains the durable record.
 func (b *submission) record(ctx context.Context) {
-	if produced := len(b.submitted); produced > 0 {
-		b.s.counts.Add(b.tenant, func(c store.Counts) store.Counts { c.Pending += int64(produced); return c })
+	if n := b.accepted; n > 0 {
+		b.s.counts.Add(b.tenant, func(c store.Counts) store.Counts { c.Pending += int64(n); return c })
 	}
 	bg := context.WithoutCancel(ctx)
 	if err := b.s.idem.Release(bg, b.tenant, b.release); err != nil {
@@ -284,7 +302,7 @@ func (b *submission) record(ctx context.Context) {
 	if err := b.s.idem.Abandon(bg, b.tenant, b.abandon); err != nil {
 		b.s.log.WarnContext(ctx, "idempotency release failed", "tenant", b.tenant, "err", err)
 	}
-	if err := b.s.idem.Complete(bg, b.tenant, b.done, b.submitted); err != nil {
+	if err := b.s.idem.Complete(bg, b.tenant, b.done); err != nil {
 		b.s.log.WarnContext(ctx, "idempotency completion failed", "tenant", b.tenant, "err", err)
 	}
 }
