@@ -57,6 +57,7 @@ import (
 	"github.com/ferryhq/ferry/services/api/internal/limits"
 	"github.com/ferryhq/ferry/services/api/internal/store"
 	"github.com/ferryhq/ferry/services/api/internal/submit"
+	"github.com/ferryhq/ferry/services/api/internal/unique"
 )
 
 //go:embed openapi.json
@@ -257,6 +258,7 @@ type Service struct {
 	log     *slog.Logger
 	store   *store.Store
 	idem    *idem.Store
+	unique  *unique.Store
 	tenants *auth.TenantCache
 	counts  *limits.Counter[store.Counts]
 	queues  *limits.Queues
@@ -292,6 +294,7 @@ func New(deps *service.Deps, cfg Config) (*Service, error) {
 		log:     log,
 		store:   st,
 		idem:    idem.New(deps.Redis, cfg.IdempotencyTTL, cfg.IdempotencyClaimTTL, cfg.SubmittedTTL),
+		unique:  unique.New(deps.Redis, cfg.IdempotencyClaimTTL),
 		tenants: auth.NewTenantCache(deps.Postgres, cfg.TenantCacheTTL),
 		counts:  limits.NewCounter(cfg.CountsCacheTTL, st.TenantCounts),
 		queues:  limits.NewQueues(cfg.CountsCacheTTL, time.Minute, st.TenantQueues),

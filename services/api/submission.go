@@ -14,6 +14,7 @@ import (
 	"github.com/ferryhq/ferry/services/api/internal/idem"
 	"github.com/ferryhq/ferry/services/api/internal/store"
 	"github.com/ferryhq/ferry/services/api/internal/submit"
+	"github.com/ferryhq/ferry/services/api/internal/unique"
 )
 
 // pending is one item of a submission on its way to Kafka.
@@ -25,6 +26,11 @@ type pending struct {
 	// replay: answered without a new job (a known key, or a refused one).
 	replay bool
 	rec    *kgo.Record
+	// jobID is the new job's id once chosen (see submission.jobID).
+	jobID string
+	// uniqueHeld: this request holds the item's unique key in Redis
+	// ("p:<jobID>") until the job is produced.
+	uniqueHeld bool
 }
 
 // submission is one request's items through the steps of submit.
@@ -43,10 +49,15 @@ type submission struct {
 	release, abandon []idem.Claim
 	produced         []int // item index of each record, in produce order
 	accepted         int   // records acknowledged
+	// twins maps a batch item to the earlier item with its unique key.
+	twins map[int]int
+	// uniqueSettle are the unique claims to settle at the end.
+	uniqueSettle []unique.Swap
 }
 
 // submit validates, deduplicates and produces items: validate → claim keys →
-// answer replays → check limits → build records → produce → record. It
+// answer replays → claim unique keys → check limits → build records →
+// produce → record. It
 // returns an error only when the whole request fails: a store is
 // unreachable, or the new jobs of the request would exceed the tenant's rate
 // limit or queue limit (limits apply to a request all or nothing: no item is
@@ -62,7 +73,7 @@ func (s *Service) submit(ctx context.Context, settings auth.Settings, items []it
 	if err := b.claimKeys(ctx); err != nil {
 		return nil, err
 	}
-	for _, step := range []func(context.Context) error{b.checkLimits, b.buildRecords} {
+	for _, step := range []func(context.Context) error{b.claimUnique, b.checkLimits, b.buildRecords} {
 		if err := step(ctx); err != nil {
 			b.releaseClaims(ctx)
 			return nil, err
@@ -70,6 +81,7 @@ func (s *Service) submit(ctx context.Context, settings auth.Settings, items []it
 	}
 	b.produce(ctx)
 	b.record(ctx)
+	b.answerTwins()
 	return b.out, nil
 }
 
@@ -207,13 +219,14 @@ func (b *submission) buildRecords(ctx context.Context) error {
 		}
 		pe := &b.per[i]
 		ev := schema.Enqueued{
-			JobRef:    schema.JobRef{JobID: "job_" + schema.NewEventID(), TenantID: b.tenant, Attempt: 1},
+			// An idempotency claim's id: a retry after a lost request reuses it.
+			JobRef:    schema.JobRef{JobID: b.jobID(i), TenantID: b.tenant, Attempt: 1},
 			Job:       pe.accepted.Spec,
 			CreatedAt: b.now, RunAt: pe.accepted.RunAt, Reason: schema.ReasonSubmitted, Actor: b.keyID,
+			Unique: pe.accepted.Unique,
 		}
 		if c := pe.claim; c != nil {
-			// The claim's id: a retry after a lost request reuses it.
-			ev.JobID, ev.IdempotencyKey, ev.RequestHash = c.JobID, c.Key, c.Hash
+			ev.IdempotencyKey, ev.RequestHash = c.Key, c.Hash
 		}
 		rec, err := schema.NewRecord(b.s.deps.Topics.Lifecycle(schema.EventEnqueued), source, ev)
 		if err != nil {
@@ -221,12 +234,13 @@ func (b *submission) buildRecords(ctx context.Context) error {
 		}
 		if schema.RecordBytes(rec) > schema.MaxSubmitRecordBytes {
 			b.out[i] = outcome{err: errRecordTooLarge}
-			b.releaseOne(pe)
+			b.releaseOne(i)
 			continue
 		}
 		pe.rec = rec
 		b.produced = append(b.produced, i)
 		job := jobFromSubmission(ev.JobID, b.tenant, pe.accepted.Spec, b.now, pe.accepted.RunAt, traceID)
+		job.Unique = pe.accepted.Unique
 		f := false
 		job.Deduplicated = &f
 		b.out[i] = outcome{job: job, created: true}
@@ -282,6 +296,9 @@ func (b *submission) produce(ctx context.Context) {
 		if c != nil {
 			b.done = append(b.done, idem.Finished{Key: c.Key, Hash: c.Hash, JobID: b.out[i].job.ID})
 		}
+		if b.per[i].uniqueHeld {
+			b.uniqueSettle = append(b.uniqueSettle, b.uniqueSwap(i, true))
+		}
 		b.accepted++
 		j := b.out[i].job
 		b.s.log.DebugContext(ctx, "job submitted", "tenant", b.tenant, "job_id", j.ID, "type", j.Type, "queue", j.Queue)
@@ -305,6 +322,9 @@ func (b *submission) record(ctx context.Context) {
 	if err := b.s.idem.Complete(bg, b.tenant, b.done); err != nil {
 		b.s.log.WarnContext(ctx, "idempotency completion failed", "tenant", b.tenant, "err", err)
 	}
+	if err := b.s.unique.Settle(bg, b.tenant, b.uniqueSettle, b.now); err != nil {
+		b.s.log.WarnContext(ctx, "unique key settle failed", "tenant", b.tenant, "err", err)
+	}
 }
 
 // claimsHeld are the keys this request still holds.
@@ -318,17 +338,29 @@ func (b *submission) claimsHeld() []idem.Claim {
 	return out
 }
 
-// releaseOne frees item pe's key at the end: its job is certainly not
+// releaseOne frees item i's keys at the end: its job is certainly not
 // produced.
-func (b *submission) releaseOne(pe *pending) {
+func (b *submission) releaseOne(i int) {
+	pe := &b.per[i]
 	if pe.claim != nil {
 		b.release = append(b.release, *pe.claim)
 		pe.claim = nil
+	}
+	if pe.uniqueHeld {
+		b.uniqueSettle = append(b.uniqueSettle, b.uniqueSwap(i, false))
+		pe.uniqueHeld = false
 	}
 }
 
 // releaseClaims frees every key the request holds, and those already set
 // aside for release, when it fails whole.
 func (b *submission) releaseClaims(ctx context.Context) {
-	_ = b.s.idem.Release(context.WithoutCancel(ctx), b.tenant, append(b.claimsHeld(), b.release...))
+	bg := context.WithoutCancel(ctx)
+	_ = b.s.idem.Release(bg, b.tenant, append(b.claimsHeld(), b.release...))
+	for i := range b.per {
+		if b.per[i].uniqueHeld {
+			b.uniqueSettle = append(b.uniqueSettle, b.uniqueSwap(i, false))
+		}
+	}
+	_ = b.s.unique.Settle(bg, b.tenant, b.uniqueSettle, b.now)
 }
