@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"net/http"
@@ -70,6 +71,34 @@ type submitRequest struct {
 	NotAfter    string          `json:"not_after,omitempty"`
 	Tags        []string        `json:"tags,omitempty"`
 	Pool        string          `json:"pool,omitempty"`
+	Unique      *uniqueRequest  `json:"unique,omitempty"`
+}
+
+// uniqueRequest is a submission's unique key (docs/unique-jobs.md).
+type uniqueRequest struct {
+	Key   string `json:"key"`
+	While string `json:"while,omitempty"`
+	TTL   string `json:"ttl,omitempty"`
+}
+
+// uniqueFlags are submit's --unique-* flags.
+type uniqueFlags struct{ key, while, ttl string }
+
+func (u *uniqueFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&u.key, "unique-key", "", "unique key: while a job with it is in the --unique-while state, submitting again answers that job")
+	fs.StringVar(&u.while, "unique-while", "", "queued, active or until_done (server default: until_done)")
+	fs.StringVar(&u.ttl, "unique-ttl", "", "longest the unique key holds (e.g. 1h; server default: 24h)")
+}
+
+// request is the unique key to send, nil without --unique-key.
+func (u *uniqueFlags) request() (*uniqueRequest, error) {
+	if u.key == "" {
+		if u.while != "" || u.ttl != "" {
+			return nil, errors.New("--unique-while and --unique-ttl need --unique-key")
+		}
+		return nil, nil
+	}
+	return &uniqueRequest{Key: u.key, While: u.while, TTL: u.ttl}, nil
 }
 
 const submitDoc = `Submits a job. With --wait, polls the job until it is succeeded, dead or
@@ -86,6 +115,7 @@ func (r *runner) submit(args []string) int {
 		runAt, notAft  timeString
 		tags           stringList
 		idemKey        string
+		unique         uniqueFlags
 		wait           bool
 		waitInterval   time.Duration
 	)
@@ -101,6 +131,7 @@ func (r *runner) submit(args []string) int {
 	fs.Var(&tags, "tag", "tag (repeatable)")
 	fs.StringVar(&req.Pool, "pool", "", "worker pool: short or long")
 	fs.StringVar(&idemKey, "idempotency-key", "", "Idempotency-Key header")
+	unique.register(fs)
 	fs.BoolVar(&wait, "wait", false, "wait until the job is succeeded, dead or cancelled")
 	fs.DurationVar(&waitInterval, "wait-interval", 500*time.Millisecond, "poll interval of --wait")
 
@@ -155,6 +186,11 @@ func (r *runner) submit(args []string) int {
 	req.Delay, req.Timeout = string(delay), string(timeout)
 	req.RunAt, req.NotAfter = string(runAt), string(notAft)
 	req.Tags = tags
+	uq, err := unique.request()
+	if err != nil {
+		return usageError(fs, "%v", err)
+	}
+	req.Unique = uq
 
 	cl, err := r.client(c)
 	if err != nil {
