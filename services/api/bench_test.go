@@ -19,19 +19,23 @@ import (
 )
 
 // commandCounter counts the Redis commands a client sends (a pipeline
-// counts each of its commands).
-type commandCounter struct{ n atomic.Int64 }
+// counts each of its commands) and its round trips (a pipeline is one).
+type commandCounter struct{ n, rtts atomic.Int64 }
 
 func (c *commandCounter) DialHook(next redis.DialHook) redis.DialHook {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) { return next(ctx, network, addr) }
 }
 
 func (c *commandCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error { c.n.Add(1); return next(ctx, cmd) }
+	return func(ctx context.Context, cmd redis.Cmder) error { c.n.Add(1); c.rtts.Add(1); return next(ctx, cmd) }
 }
 
 func (c *commandCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error { c.n.Add(int64(len(cmds))); return next(ctx, cmds) }
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		c.n.Add(int64(len(cmds)))
+		c.rtts.Add(1)
+		return next(ctx, cmds)
+	}
 }
 
 // produceCounter counts the Produce requests a Kafka client writes.
@@ -84,6 +88,7 @@ func benchSubmit(b *testing.B, clients int) {
 		submit()
 	}
 	rc.n.Store(0)
+	rc.rtts.Store(0)
 	pc.n.Store(0)
 	lat := make([]time.Duration, b.N)
 	var next atomic.Int64
@@ -101,5 +106,6 @@ func benchSubmit(b *testing.B, clients int) {
 	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
 	b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
 	b.ReportMetric(float64(rc.n.Load())/float64(b.N), "redis-cmds/op")
+	b.ReportMetric(float64(rc.rtts.Load())/float64(b.N), "redis-rtts/op")
 	b.ReportMetric(float64(pc.n.Load())/float64(b.N), "produce-reqs/op")
 }

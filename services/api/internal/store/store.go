@@ -421,18 +421,24 @@ func (s *Store) ByIdempotencyKeys(ctx context.Context, tenant string, keys []str
 	if len(keys) == 0 {
 		return out, nil
 	}
-	rows, err := s.pool.Query(ctx, `SELECT `+columns+` FROM jobs WHERE tenant_id = $1 AND idempotency_key = ANY($2)`, tenant, keys)
-	if err != nil {
-		return nil, fmt.Errorf("store: jobs by idempotency key: %w", err)
-	}
-	jobs, err := pgx.CollectRows(rows, scanJob)
-	if err != nil {
-		return nil, fmt.Errorf("store: jobs by idempotency key: %w", err)
-	}
+	jobs, err := s.query(ctx, "jobs by idempotency key", `SELECT `+columns+` FROM jobs WHERE tenant_id = $1 AND idempotency_key = ANY($2)`, tenant, keys)
 	for _, j := range jobs {
 		out[j.IdempotencyKey] = j
 	}
-	return out, nil
+	return out, err
+}
+
+// query runs a SELECT of columns and scans its rows; what names it in errors.
+func (s *Store) query(ctx context.Context, what, sql string, args ...any) ([]Job, error) {
+	rows, err := s.pool.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, fmt.Errorf("store: %s: %w", what, err)
+	}
+	jobs, err := pgx.CollectRows(rows, scanJob)
+	if err != nil {
+		return nil, fmt.Errorf("store: %s: %w", what, err)
+	}
+	return jobs, nil
 }
 
 // HoldingUnique returns, by key, the jobs of tenant that hold any of keys
@@ -443,14 +449,10 @@ func (s *Store) HoldingUnique(ctx context.Context, tenant string, keys []string,
 	if len(keys) == 0 {
 		return out, nil
 	}
-	rows, err := s.pool.Query(ctx, `SELECT `+columns+` FROM jobs WHERE tenant_id = $1 AND unique_key = ANY($2)
+	jobs, err := s.query(ctx, "jobs by unique key", `SELECT `+columns+` FROM jobs WHERE tenant_id = $1 AND unique_key = ANY($2)
 		AND unique_until > $3 AND status NOT IN ('succeeded', 'dead', 'cancelled') ORDER BY created_at DESC, id DESC`, tenant, keys, now)
 	if err != nil {
-		return nil, fmt.Errorf("store: jobs by unique key: %w", err)
-	}
-	jobs, err := pgx.CollectRows(rows, scanJob)
-	if err != nil {
-		return nil, fmt.Errorf("store: jobs by unique key: %w", err)
+		return nil, err
 	}
 	for _, j := range jobs {
 		if j.HoldsUnique(now) {
@@ -508,15 +510,7 @@ func (s *Store) List(ctx context.Context, tenant string, f Filter) ([]Job, error
 	}
 	q := `SELECT ` + columns + ` FROM jobs WHERE ` + strings.Join(where, " AND ") +
 		` ORDER BY created_at DESC, id DESC LIMIT ` + arg(f.Limit)
-	rows, err := s.pool.Query(ctx, q, args...)
-	if err != nil {
-		return nil, fmt.Errorf("store: list jobs: %w", err)
-	}
-	jobs, err := pgx.CollectRows(rows, scanJob)
-	if err != nil {
-		return nil, fmt.Errorf("store: list jobs: %w", err)
-	}
-	return jobs, nil
+	return s.query(ctx, "list jobs", q, args...)
 }
 
 // GetMany returns the jobs of tenant among ids, by id.
@@ -525,13 +519,9 @@ func (s *Store) GetMany(ctx context.Context, tenant string, ids []string) (map[s
 	if len(ids) == 0 {
 		return out, nil
 	}
-	rows, err := s.pool.Query(ctx, `SELECT `+columns+` FROM jobs WHERE tenant_id = $1 AND id = ANY($2)`, tenant, ids)
+	jobs, err := s.query(ctx, "get jobs", `SELECT `+columns+` FROM jobs WHERE tenant_id = $1 AND id = ANY($2)`, tenant, ids)
 	if err != nil {
-		return nil, fmt.Errorf("store: get jobs: %w", err)
-	}
-	jobs, err := pgx.CollectRows(rows, scanJob)
-	if err != nil {
-		return nil, fmt.Errorf("store: get jobs: %w", err)
+		return nil, err
 	}
 	for _, j := range jobs {
 		out[j.ID] = j

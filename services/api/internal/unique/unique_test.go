@@ -7,18 +7,13 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/ferryhq/ferry/platform/service"
 	"github.com/ferryhq/ferry/platform/testenv"
 	"github.com/ferryhq/ferry/services/api/internal/unique"
 )
 
 func client(t *testing.T) *redis.Client {
-	opts, err := redis.ParseURL(testenv.Redis(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rdb := redis.NewClient(opts)
-	t.Cleanup(func() { _ = rdb.Close() })
-	return rdb
+	return testenv.Deps(t, service.Needs{Redis: true}).Redis
 }
 
 // TestClaimLifecycle: a free key is claimed in flight, others see the
