@@ -76,7 +76,8 @@ type Config struct {
 	// IdempotencyClaimTTL is the lease of an Idempotency-Key while its
 	// request is in flight: a request that dies holding it makes retries
 	// answer 409 for this long at most. Longer than a produce normally
-	// takes. Defaults to 10s.
+	// takes. It is also the lease of a unique key's in-flight claim.
+	// Defaults to 10s.
 	IdempotencyClaimTTL time.Duration
 	// TestPauseAt makes keyed submissions wait at a point of the
 	// idempotency flow ("claimed": after the claim, before the produce;
