@@ -80,8 +80,8 @@ func (s *Service) submit(ctx context.Context, settings auth.Settings, items []it
 		}
 	}
 	b.produce(ctx)
-	b.record(ctx)
 	b.answerTwins()
+	b.record(ctx)
 	return b.out, nil
 }
 
@@ -312,6 +312,7 @@ func (b *submission) record(ctx context.Context) {
 	if n := b.accepted; n > 0 {
 		b.s.counts.Add(b.tenant, func(c store.Counts) store.Counts { c.Pending += int64(n); return c })
 	}
+	b.settleAnswered()
 	bg := context.WithoutCancel(ctx)
 	if err := b.s.idem.Release(bg, b.tenant, b.release); err != nil {
 		b.s.log.WarnContext(ctx, "idempotency release failed", "tenant", b.tenant, "err", err)

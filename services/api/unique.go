@@ -10,6 +10,7 @@ import (
 
 	"github.com/ferryhq/ferry/events/schema"
 	"github.com/ferryhq/ferry/platform/httpx"
+	"github.com/ferryhq/ferry/services/api/internal/idem"
 	"github.com/ferryhq/ferry/services/api/internal/store"
 	"github.com/ferryhq/ferry/services/api/internal/unique"
 )
@@ -190,6 +191,25 @@ func (b *submission) answerTwins() {
 		} else {
 			b.out[i] = outcome{job: dedup(o.job)}
 		}
+	}
+}
+
+// settleAnswered ends the Idempotency-Key claims of items answered by their
+// unique key, which create no job: the key then names the job the item was
+// answered with (a retry of the request gets the same answer), or is freed
+// when the item was answered with an error.
+func (b *submission) settleAnswered() {
+	for i := range b.per {
+		c := b.per[i].claim
+		if c == nil || !b.per[i].replay {
+			continue
+		}
+		if o := b.out[i]; o.err == nil {
+			b.done = append(b.done, idem.Finished{Key: c.Key, Hash: c.Hash, JobID: o.job.ID})
+		} else {
+			b.release = append(b.release, *c)
+		}
+		b.per[i].claim = nil
 	}
 }
 

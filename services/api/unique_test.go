@@ -94,6 +94,11 @@ func TestUniqueJobs(t *testing.T) {
 	if g := b.do(t, b.keyA, "GET", "/v1/jobs/"+id, nil); g.Body["unique"].(map[string]any)["key"] != "welcome-7" {
 		t.Fatalf("projected resource: %s", g.Raw)
 	}
+	// A request with an Idempotency-Key answered by its unique key: a retry
+	// of it gets the same answer (not 409 in flight).
+	for _, what := range []string{"keyed, answered by the unique key", "its retry"} {
+		wantDedup(t, what, b.do(t, b.keyA, "POST", "/v1/jobs", uniqueJob("welcome-7", "queued"), "Idempotency-Key", "idem-u"), id)
+	}
 	// Another tenant has its own keys.
 	if r := b.do(t, b.keyB, "POST", "/v1/jobs", uniqueJob("welcome-7", "queued")); r.Status != http.StatusAccepted || r.Body["id"] == id {
 		t.Fatalf("other tenant: %d %s", r.Status, r.Raw)
