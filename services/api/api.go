@@ -18,6 +18,15 @@
 // the request hash for the job's lifetime. A batch applies the header key K
 // to item i as "K#i"; an item may carry its own idempotency_key instead.
 //
+// # Unique jobs
+//
+// A submission's unique key (unique: {key, while, ttl}) is claimed in Redis
+// (ferry:unique:<tenant>:<key>, internal/unique) with the job id; a later
+// submission that finds the claim reads the job's state from the status
+// projection and is answered with the job while it holds the key, and when
+// Redis has no claim the projection is asked for a holder. See
+// docs/unique-jobs.md.
+//
 // # Tenants and limits
 //
 // The admin routes (/v1/admin/..., admin key only) create tenants, change
