@@ -53,6 +53,8 @@ type Job struct {
 	LastError    *ErrorInfo      `json:"last_error"`
 	TraceID      string          `json:"trace_id,omitempty"`
 	RedrivenFrom string          `json:"redriven_from,omitempty"`
+	// Unique is the job's unique key, when it was submitted with one.
+	Unique *JobUnique `json:"unique,omitempty"`
 	// Deduplicated is set on submission answers: the job is the one of an
 	// earlier request with the same Idempotency-Key and body.
 	Deduplicated bool `json:"deduplicated,omitempty"`
@@ -97,6 +99,9 @@ type JobRequest struct {
 	// Concurrency caps the tenant's jobs with its key running at once
 	// (docs/flow-control.md); nil for none.
 	Concurrency *Concurrency
+	// Unique makes a submission answer the tenant's job with the same key
+	// while that job is in a state (docs/unique-jobs.md); nil for none.
+	Unique *Unique
 	// IdempotencyKey is the key of this job. Submit sends it as the
 	// Idempotency-Key header (a random one when empty); in SubmitBatch it is
 	// the item's own key.
@@ -108,6 +113,24 @@ type JobRequest struct {
 type Concurrency struct {
 	Key   string `json:"key"`
 	Limit int    `json:"limit,omitempty"`
+}
+
+// Unique is a job's unique key: while the tenant's job holding Key is in
+// the While state, submitting again answers that job (deduplicated).
+type Unique struct {
+	Key string
+	// While is "queued", "active" or "until_done" ("": the server's
+	// default, until_done).
+	While string
+	// TTL bounds how long the key holds (0: the server's default, 24h).
+	TTL time.Duration
+}
+
+// JobUnique is the unique key of a job resource and until when it holds.
+type JobUnique struct {
+	Key   string    `json:"key"`
+	While string    `json:"while"`
+	Until time.Time `json:"until"`
 }
 
 // Int returns a pointer to n, for JobRequest.Priority.
@@ -150,6 +173,7 @@ func (r JobRequest) MarshalJSON() ([]byte, error) {
 		Pool           string       `json:"pool,omitempty"`
 		Backoff        *backoff     `json:"backoff,omitempty"`
 		Concurrency    *Concurrency `json:"concurrency,omitempty"`
+		Unique         *uniqueWire  `json:"unique,omitempty"`
 		IdempotencyKey string       `json:"idempotency_key,omitempty"`
 	}{Type: r.Type, Queue: r.Queue, Priority: r.Priority, Payload: r.Payload, Delay: wireDuration(r.Delay),
 		MaxAttempts: r.MaxAttempts, Timeout: wireDuration(r.Timeout), Tags: r.Tags, Pool: r.Pool,
@@ -160,10 +184,20 @@ func (r JobRequest) MarshalJSON() ([]byte, error) {
 	if !r.NotAfter.IsZero() {
 		w.NotAfter = &r.NotAfter
 	}
+	if r.Unique != nil {
+		w.Unique = &uniqueWire{Key: r.Unique.Key, While: r.Unique.While, TTL: wireDuration(r.Unique.TTL)}
+	}
 	if r.Backoff != nil {
 		w.Backoff = &backoff{Base: wireDuration(r.Backoff.Base), Max: wireDuration(r.Backoff.Max), Jitter: r.Backoff.Jitter}
 	}
 	return json.Marshal(w)
+}
+
+// uniqueWire is Unique in the API's shape.
+type uniqueWire struct {
+	Key   string `json:"key"`
+	While string `json:"while,omitempty"`
+	TTL   string `json:"ttl,omitempty"`
 }
 
 // SubmitOption configures Submit and SubmitBatch.

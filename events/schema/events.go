@@ -161,12 +161,39 @@ type Enqueued struct {
 	// durable idempotency backstop.
 	IdempotencyKey string `json:"idempotency_key,omitempty"`
 	RequestHash    string `json:"request_hash,omitempty"`
+	// Unique is the job's unique key, when it was submitted with one: the
+	// status projection keeps it so the api finds the job holding a key
+	// when Redis has forgotten the claim.
+	Unique *Unique `json:"unique,omitempty"`
 	// RedrivenFrom is the dead job this one re-drives.
 	RedrivenFrom string `json:"redriven_from,omitempty"`
 	// History holds the attempts already made, so a later dlq event can
 	// carry the full story without any service keeping it.
 	History []Attempt `json:"history,omitempty"`
 }
+
+// Unique is a job's unique key: while the job is in the While state (and
+// until Until), another submission of the tenant with the same Key answers
+// with this job instead of creating one.
+type Unique struct {
+	Key string `json:"key"`
+	// While is UniqueQueued, UniqueActive or UniqueUntilDone.
+	While string `json:"while"`
+	// Until is when the key stops holding whatever the job's state.
+	Until time.Time `json:"until"`
+}
+
+// States a unique key holds in (Unique.While).
+const (
+	// UniqueQueued: until the job's first attempt starts.
+	UniqueQueued = "queued"
+	// UniqueActive: while the job waits for its first attempt or runs an
+	// attempt; a job waiting out a retry backoff releases the key.
+	UniqueActive = "active"
+	// UniqueUntilDone: until the job succeeds, is dead-lettered or is
+	// cancelled.
+	UniqueUntilDone = "until_done"
+)
 
 // Started says a worker began running an attempt.
 type Started struct {

@@ -6,8 +6,10 @@
 //
 // A valid submission gets a job id (job_ + UUIDv7) and is produced as an
 // enqueued event (attempt 1) to ferry.jobs.enqueued with acks=all before the
-// 202 answer; a batch is one produce call. Delivery of jobs to handlers is
-// at least once.
+// 202 answer. Submissions arriving while a produce is in flight share the
+// next one (internal/groupcommit): one produce call and one Redis pipeline
+// per group, each request answered once its own records are acknowledged.
+// Delivery of jobs to handlers is at least once.
 //
 // # Idempotency
 //
@@ -15,6 +17,15 @@
 // when Redis has no entry, in the status projection, which keeps the key and
 // the request hash for the job's lifetime. A batch applies the header key K
 // to item i as "K#i"; an item may carry its own idempotency_key instead.
+//
+// # Unique jobs
+//
+// A submission's unique key (unique: {key, while, ttl}) is claimed in Redis
+// (ferry:unique:<tenant>:<key>, internal/unique) with the job id; a later
+// submission that finds the claim reads the job's state from the status
+// projection and is answered with the job while it holds the key, and when
+// Redis has no claim the projection is asked for a holder. See
+// docs/unique-jobs.md.
 //
 // # Tenants and limits
 //
@@ -51,10 +62,12 @@ import (
 	"github.com/ferryhq/ferry/platform/secretbox"
 	"github.com/ferryhq/ferry/platform/service"
 	"github.com/ferryhq/ferry/platform/signing"
+	"github.com/ferryhq/ferry/services/api/internal/groupcommit"
 	"github.com/ferryhq/ferry/services/api/internal/idem"
 	"github.com/ferryhq/ferry/services/api/internal/limits"
 	"github.com/ferryhq/ferry/services/api/internal/store"
 	"github.com/ferryhq/ferry/services/api/internal/submit"
+	"github.com/ferryhq/ferry/services/api/internal/unique"
 )
 
 //go:embed openapi.json
@@ -73,7 +86,8 @@ type Config struct {
 	// IdempotencyClaimTTL is the lease of an Idempotency-Key while its
 	// request is in flight: a request that dies holding it makes retries
 	// answer 409 for this long at most. Longer than a produce normally
-	// takes. Defaults to 10s.
+	// takes. It is also the lease of a unique key's in-flight claim.
+	// Defaults to 10s.
 	IdempotencyClaimTTL time.Duration
 	// TestPauseAt makes keyed submissions wait at a point of the
 	// idempotency flow ("claimed": after the claim, before the produce;
@@ -255,6 +269,7 @@ type Service struct {
 	log     *slog.Logger
 	store   *store.Store
 	idem    *idem.Store
+	unique  *unique.Store
 	tenants *auth.TenantCache
 	counts  *limits.Counter[store.Counts]
 	queues  *limits.Queues
@@ -263,6 +278,9 @@ type Service struct {
 	// their reports (callbacks.go). Unset with signing.
 	callbackBox *secretbox.Box
 	callbacks   *callback.Attempts
+	// commit produces concurrent submissions together (a group commit),
+	// caching each group's just-submitted jobs beside the produce.
+	commit *groupcommit.Committer[map[string][]byte]
 }
 
 var _ service.Component = (*Service)(nil)
@@ -291,10 +309,12 @@ func New(deps *service.Deps, cfg Config) (*Service, error) {
 		log:     log,
 		store:   st,
 		idem:    idem.New(deps.Redis, cfg.IdempotencyTTL, cfg.IdempotencyClaimTTL, cfg.SubmittedTTL),
+		unique:  unique.New(deps.Redis, cfg.IdempotencyClaimTTL),
 		tenants: auth.NewTenantCache(deps.Postgres, cfg.TenantCacheTTL),
 		counts:  limits.NewCounter(cfg.CountsCacheTTL, st.TenantCounts),
 		queues:  limits.NewQueues(cfg.CountsCacheTTL, time.Minute, st.TenantQueues),
 	}
+	s.commit = groupcommit.New(deps.Kafka.ProduceSync, s.cacheSubmitted, produceGroupTimeout)
 	if err := s.openSigning(context.Background()); err != nil {
 		return nil, err
 	}

@@ -488,17 +488,7 @@ func TestProjectionLifecycle(t *testing.T) {
 		schema.Progress{JobRef: ref(1), WorkerID: "w1", Percent: 40, Message: "half", At: now.Add(time.Millisecond)},
 		schema.Started{JobRef: ref(1), WorkerID: "w1", StartedAt: now},
 	}
-	var recs []*kgo.Record
-	for _, e := range evs {
-		rec, err := schema.NewRecord(b.deps.Topics.Lifecycle(e.EventType()), "test", e)
-		if err != nil {
-			t.Fatal(err)
-		}
-		recs = append(recs, rec)
-	}
-	if err := b.deps.Kafka.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
-		t.Fatal(err)
-	}
+	b.produce(t, evs...)
 	eventually(t, func() error {
 		g := b.do(t, b.keyA, "GET", "/v1/jobs/"+id, nil)
 		if g.Body["status"] != "succeeded" || g.Body["worker_id"] != nil || g.Body["type"] != "x" || g.Body["started_at"] == nil ||

@@ -264,29 +264,17 @@ func (s *Service) resolveDuplicates(ctx context.Context, tenant string, per []pe
 	for _, id := range ids {
 		list = append(list, id)
 	}
-	rows, err := s.store.GetMany(ctx, tenant, list)
+	rows, cached, err := s.findJobs(ctx, tenant, list, now)
 	if err != nil {
 		return err
-	}
-	var missing []string
-	for _, id := range list {
-		if _, ok := rows[id]; !ok {
-			missing = append(missing, id)
-		}
-	}
-	cached, err := s.idem.Submitted(ctx, missing...)
-	if err != nil {
-		s.log.WarnContext(ctx, "submitted cache read failed", "tenant", tenant, "err", err)
-		cached = map[string][]byte{}
 	}
 	for i, id := range ids {
 		if row, ok := rows[id]; ok {
 			out[i] = outcome{job: dedup(jobFromRow(row.Row, now))}
 			continue
 		}
-		var j Job
-		if b, ok := cached[id]; ok && json.Unmarshal(b, &j) == nil && j.TenantID == tenant {
-			out[i] = outcome{job: dedup(j.withStatusNow(now))}
+		if j, ok := cached[id]; ok {
+			out[i] = outcome{job: dedup(j)}
 			continue
 		}
 		a := per[i].accepted
@@ -295,27 +283,28 @@ func (s *Service) resolveDuplicates(ctx context.Context, tenant string, per []pe
 	return nil
 }
 
+// cachedJob decodes a just-submitted job's cached resource, if it is
+// tenant's, with its status as of now.
+func cachedJob(b []byte, tenant string, now time.Time) (Job, bool) {
+	var j Job
+	if json.Unmarshal(b, &j) != nil || j.TenantID != tenant {
+		return Job{}, false
+	}
+	return j.withStatusNow(now), true
+}
+
 // lookup finds a job of tenant: the projection's row wins, else the
 // submitted cache.
 func (s *Service) lookup(ctx context.Context, tenant, id string) (Job, bool, error) {
-	now := s.cfg.Now()
-	row, ok, err := s.store.Get(ctx, tenant, id)
+	rows, cached, err := s.findJobs(ctx, tenant, []string{id}, s.cfg.Now())
 	if err != nil {
 		return Job{}, false, err
 	}
-	if ok {
-		return jobFromRow(row.Row, now), true, nil
+	if row, ok := rows[id]; ok {
+		return jobFromRow(row.Row, s.cfg.Now()), true, nil
 	}
-	cached, err := s.idem.Submitted(ctx, id)
-	if err != nil {
-		s.log.WarnContext(ctx, "submitted cache read failed", "tenant", tenant, "job_id", id, "err", err)
-		return Job{}, false, nil
-	}
-	var j Job
-	if b, ok := cached[id]; ok && json.Unmarshal(b, &j) == nil && j.TenantID == tenant {
-		return j.withStatusNow(now), true, nil
-	}
-	return Job{}, false, nil
+	j, ok := cached[id]
+	return j, ok, nil
 }
 
 func (s *Service) handleGet(w http.ResponseWriter, r *http.Request) {

@@ -30,6 +30,8 @@ type Job struct {
 	LastError    *ErrorInfo      `json:"last_error"`
 	TraceID      string          `json:"trace_id,omitempty"`
 	RedrivenFrom string          `json:"redriven_from,omitempty"`
+	// Unique is the job's unique key, when it was submitted with one.
+	Unique *schema.Unique `json:"unique,omitempty"`
 	// Deduplicated is set on submission answers only.
 	Deduplicated *bool `json:"deduplicated,omitempty"`
 }
@@ -55,6 +57,9 @@ func jobFromRow(r status.Row, now time.Time) Job {
 	}
 	if j.Tags == nil {
 		j.Tags = []string{}
+	}
+	if r.UniqueKey != "" && r.UniqueUntil != nil {
+		j.Unique = &schema.Unique{Key: r.UniqueKey, While: r.UniqueWhile, Until: *r.UniqueUntil}
 	}
 	if r.ProgressPercent != nil {
 		j.Progress = &Progress{Percent: *r.ProgressPercent, Message: r.ProgressMessage}

@@ -14,6 +14,7 @@ import (
 	"github.com/ferryhq/ferry/services/api/internal/idem"
 	"github.com/ferryhq/ferry/services/api/internal/store"
 	"github.com/ferryhq/ferry/services/api/internal/submit"
+	"github.com/ferryhq/ferry/services/api/internal/unique"
 )
 
 // pending is one item of a submission on its way to Kafka.
@@ -25,6 +26,11 @@ type pending struct {
 	// replay: answered without a new job (a known key, or a refused one).
 	replay bool
 	rec    *kgo.Record
+	// jobID is the new job's id once chosen (see submission.jobID).
+	jobID string
+	// uniqueHeld: this request holds the item's unique key in Redis
+	// ("p:<jobID>") until the job is produced.
+	uniqueHeld bool
 }
 
 // submission is one request's items through the steps of submit.
@@ -42,11 +48,16 @@ type submission struct {
 	done             []idem.Finished
 	release, abandon []idem.Claim
 	produced         []int // item index of each record, in produce order
-	submitted        map[string][]byte
+	accepted         int   // records acknowledged
+	// twins maps a batch item to the earlier item with its unique key.
+	twins map[int]int
+	// uniqueSettle are the unique claims to settle at the end.
+	uniqueSettle []unique.Swap
 }
 
 // submit validates, deduplicates and produces items: validate → claim keys →
-// answer replays → check limits → build records → produce → record. It
+// answer replays → claim unique keys → check limits → build records →
+// produce → record. It
 // returns an error only when the whole request fails: a store is
 // unreachable, or the new jobs of the request would exceed the tenant's rate
 // limit or queue limit (limits apply to a request all or nothing: no item is
@@ -55,20 +66,21 @@ func (s *Service) submit(ctx context.Context, settings auth.Settings, items []it
 	p, _ := auth.FromContext(ctx)
 	b := &submission{s: s, tenant: p.TenantID, keyID: p.KeyID, settings: settings, items: items,
 		now: s.cfg.Now().UTC().Truncate(time.Microsecond), out: make([]outcome, len(items)),
-		per: make([]pending, len(items)), submitted: map[string][]byte{}}
+		per: make([]pending, len(items))}
 	if err := b.validate(); err != nil {
 		return nil, err
 	}
 	if err := b.claimKeys(ctx); err != nil {
 		return nil, err
 	}
-	for _, step := range []func(context.Context) error{b.checkLimits, b.buildRecords} {
+	for _, step := range []func(context.Context) error{b.claimUnique, b.checkLimits, b.buildRecords} {
 		if err := step(ctx); err != nil {
 			b.releaseClaims(ctx)
 			return nil, err
 		}
 	}
 	b.produce(ctx)
+	b.answerTwins()
 	b.record(ctx)
 	return b.out, nil
 }
@@ -207,13 +219,14 @@ func (b *submission) buildRecords(ctx context.Context) error {
 		}
 		pe := &b.per[i]
 		ev := schema.Enqueued{
-			JobRef:    schema.JobRef{JobID: "job_" + schema.NewEventID(), TenantID: b.tenant, Attempt: 1},
+			// An idempotency claim's id: a retry after a lost request reuses it.
+			JobRef:    schema.JobRef{JobID: b.jobID(i), TenantID: b.tenant, Attempt: 1},
 			Job:       pe.accepted.Spec,
 			CreatedAt: b.now, RunAt: pe.accepted.RunAt, Reason: schema.ReasonSubmitted, Actor: b.keyID,
+			Unique: pe.accepted.Unique,
 		}
 		if c := pe.claim; c != nil {
-			// The claim's id: a retry after a lost request reuses it.
-			ev.JobID, ev.IdempotencyKey, ev.RequestHash = c.JobID, c.Key, c.Hash
+			ev.IdempotencyKey, ev.RequestHash = c.Key, c.Hash
 		}
 		rec, err := schema.NewRecord(b.s.deps.Topics.Lifecycle(schema.EventEnqueued), source, ev)
 		if err != nil {
@@ -221,12 +234,13 @@ func (b *submission) buildRecords(ctx context.Context) error {
 		}
 		if schema.RecordBytes(rec) > schema.MaxSubmitRecordBytes {
 			b.out[i] = outcome{err: errRecordTooLarge}
-			b.releaseOne(pe)
+			b.releaseOne(i)
 			continue
 		}
 		pe.rec = rec
 		b.produced = append(b.produced, i)
 		job := jobFromSubmission(ev.JobID, b.tenant, pe.accepted.Spec, b.now, pe.accepted.RunAt, traceID)
+		job.Unique = pe.accepted.Unique
 		f := false
 		job.Deduplicated = &f
 		b.out[i] = outcome{job: job, created: true}
@@ -234,25 +248,45 @@ func (b *submission) buildRecords(ctx context.Context) error {
 	return nil
 }
 
-// produce sends every new job in one call and notes what each outcome means
-// for its key.
+// produceGroupTimeout bounds one group commit's produce: it runs on no
+// request's context (one client going away must not fail the others'
+// records), so it needs a bound of its own for a broker that never answers.
+const produceGroupTimeout = 30 * time.Second
+
+// cacheSubmitted is the group commit's side write: the resources of the
+// group's new jobs, for reads that beat the projection. It runs beside the
+// produce, so a job whose produce fails is cached too; harmless, since only
+// the request that failed knew its id (an Idempotency-Key retry reuses the
+// id and produces the same job).
+func (s *Service) cacheSubmitted(ctx context.Context, groups []map[string][]byte) {
+	if err := s.idem.CacheSubmitted(ctx, groups); err != nil {
+		s.log.WarnContext(ctx, "submitted cache write failed", "err", err)
+	}
+}
+
+// produce sends every new job in the next group commit and notes what each
+// outcome means for its key.
 func (b *submission) produce(ctx context.Context) {
 	if len(b.produced) == 0 {
 		return
 	}
 	recs := make([]*kgo.Record, len(b.produced))
+	cache := make(map[string][]byte, len(b.produced))
 	for k, i := range b.produced {
 		recs[k] = b.per[i].rec
+		cached := b.out[i].job
+		cached.Deduplicated = nil
+		cache[cached.ID], _ = json.Marshal(cached)
 	}
 	keyed := len(b.claimsHeld()) > 0
 	b.s.testPause(ctx, pauseClaimed, keyed)
-	results := b.s.deps.Kafka.ProduceSync(ctx, recs...)
+	errs := b.s.commit.Produce(ctx, cache, recs...)
 	b.s.testPause(ctx, pauseProduced, keyed)
-	for k, res := range results {
+	for k, err := range errs {
 		i := b.produced[k]
 		c := b.per[i].claim
-		if res.Err != nil {
-			b.s.log.ErrorContext(ctx, "produce enqueued failed", "tenant", b.tenant, "job_id", b.out[i].job.ID, "err", res.Err)
+		if err != nil {
+			b.s.log.ErrorContext(ctx, "produce enqueued failed", "tenant", b.tenant, "job_id", b.out[i].job.ID, "err", err)
 			b.out[i] = outcome{err: errUnavailable}
 			if c != nil {
 				b.abandon = append(b.abandon, *c) // it may have reached Kafka
@@ -262,11 +296,12 @@ func (b *submission) produce(ctx context.Context) {
 		if c != nil {
 			b.done = append(b.done, idem.Finished{Key: c.Key, Hash: c.Hash, JobID: b.out[i].job.ID})
 		}
-		cached := b.out[i].job
-		cached.Deduplicated = nil
-		enc, _ := json.Marshal(cached)
-		b.submitted[cached.ID] = enc
-		b.s.log.DebugContext(ctx, "job submitted", "tenant", b.tenant, "job_id", cached.ID, "type", cached.Type, "queue", cached.Queue)
+		if b.per[i].uniqueHeld {
+			b.uniqueSettle = append(b.uniqueSettle, b.uniqueSwap(i, true))
+		}
+		b.accepted++
+		j := b.out[i].job
+		b.s.log.DebugContext(ctx, "job submitted", "tenant", b.tenant, "job_id", j.ID, "type", j.Type, "queue", j.Queue)
 	}
 }
 
@@ -274,9 +309,10 @@ func (b *submission) produce(ctx context.Context) {
 // until the cached count refreshes. The jobs are produced by now: a failure
 // here is logged, and the projection remains the durable record.
 func (b *submission) record(ctx context.Context) {
-	if produced := len(b.submitted); produced > 0 {
-		b.s.counts.Add(b.tenant, func(c store.Counts) store.Counts { c.Pending += int64(produced); return c })
+	if n := b.accepted; n > 0 {
+		b.s.counts.Add(b.tenant, func(c store.Counts) store.Counts { c.Pending += int64(n); return c })
 	}
+	b.settleAnswered()
 	bg := context.WithoutCancel(ctx)
 	if err := b.s.idem.Release(bg, b.tenant, b.release); err != nil {
 		b.s.log.WarnContext(ctx, "idempotency release failed", "tenant", b.tenant, "err", err)
@@ -284,8 +320,11 @@ func (b *submission) record(ctx context.Context) {
 	if err := b.s.idem.Abandon(bg, b.tenant, b.abandon); err != nil {
 		b.s.log.WarnContext(ctx, "idempotency release failed", "tenant", b.tenant, "err", err)
 	}
-	if err := b.s.idem.Complete(bg, b.tenant, b.done, b.submitted); err != nil {
+	if err := b.s.idem.Complete(bg, b.tenant, b.done); err != nil {
 		b.s.log.WarnContext(ctx, "idempotency completion failed", "tenant", b.tenant, "err", err)
+	}
+	if err := b.s.unique.Settle(bg, b.tenant, b.uniqueSettle, b.now); err != nil {
+		b.s.log.WarnContext(ctx, "unique key settle failed", "tenant", b.tenant, "err", err)
 	}
 }
 
@@ -300,17 +339,29 @@ func (b *submission) claimsHeld() []idem.Claim {
 	return out
 }
 
-// releaseOne frees item pe's key at the end: its job is certainly not
+// releaseOne frees item i's keys at the end: its job is certainly not
 // produced.
-func (b *submission) releaseOne(pe *pending) {
+func (b *submission) releaseOne(i int) {
+	pe := &b.per[i]
 	if pe.claim != nil {
 		b.release = append(b.release, *pe.claim)
 		pe.claim = nil
+	}
+	if pe.uniqueHeld {
+		b.uniqueSettle = append(b.uniqueSettle, b.uniqueSwap(i, false))
+		pe.uniqueHeld = false
 	}
 }
 
 // releaseClaims frees every key the request holds, and those already set
 // aside for release, when it fails whole.
 func (b *submission) releaseClaims(ctx context.Context) {
-	_ = b.s.idem.Release(context.WithoutCancel(ctx), b.tenant, append(b.claimsHeld(), b.release...))
+	bg := context.WithoutCancel(ctx)
+	_ = b.s.idem.Release(bg, b.tenant, append(b.claimsHeld(), b.release...))
+	for i := range b.per {
+		if b.per[i].uniqueHeld {
+			b.uniqueSettle = append(b.uniqueSettle, b.uniqueSwap(i, false))
+		}
+	}
+	_ = b.s.unique.Settle(bg, b.tenant, b.uniqueSettle, b.now)
 }

@@ -98,7 +98,7 @@ func TestSubmitSendsRequest(t *testing.T) {
 		"--type", "email.send", "--payload", `{"to":"a@b.c"}`, "--queue", "mail",
 		"--priority", "0", "--delay", "1h30m", "--max-attempts", "3", "--timeout", "2s",
 		"--not-after", "2030-01-02T15:04:05Z", "--tag", "x", "--tag", "y", "--pool", "long",
-		"--idempotency-key", "idem-1")
+		"--idempotency-key", "idem-1", "--unique-key", "welcome-7", "--unique-while", "queued", "--unique-ttl", "1h")
 	if code != 0 {
 		t.Fatalf("exit %d, stderr: %s", code, errOut)
 	}
@@ -124,6 +124,7 @@ func TestSubmitSendsRequest(t *testing.T) {
 		"type": "email.send", "payload": map[string]any{"to": "a@b.c"}, "queue": "mail",
 		"priority": 0.0, "delay": "1h30m", "max_attempts": 3.0, "timeout": "2s",
 		"not_after": "2030-01-02T15:04:05Z", "tags": []any{"x", "y"}, "pool": "long",
+		"unique": map[string]any{"key": "welcome-7", "while": "queued", "ttl": "1h"},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("body\n got %v\nwant %v", got, want)
@@ -161,6 +162,9 @@ func TestSubmitMinimalOmitsDefaults(t *testing.T) {
 	}
 	if again := api.requests()[1].Header.Get("Idempotency-Key"); again == "" || again == key {
 		t.Errorf("second submission's Idempotency-Key %q, first %q: want a fresh key", again, key)
+	}
+	if code, _, errOut := run(t, nil, "submit", "--url", api.URL, "--type", "noop", "--unique-while", "queued"); code != 2 || !strings.Contains(errOut, "--unique-key") {
+		t.Errorf("--unique-while without --unique-key: exit %d, stderr %s", code, errOut)
 	}
 	if h := req.Header.Get("Authorization"); h != "" {
 		t.Errorf("Authorization %q sent without any key", h)

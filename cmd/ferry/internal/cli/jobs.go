@@ -27,6 +27,8 @@ type submitFlags struct {
 	runAt, notAft  timeString
 	tags           stringList
 	concurrency    client.Concurrency
+	unique         client.Unique
+	uniqueTTL      durationString
 	wait           bool
 	waitInterval   time.Duration
 }
@@ -74,6 +76,9 @@ func (f *submitFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.req.IdempotencyKey, "idempotency-key", "", "Idempotency-Key header (default: a random key, so retries never make a second job)")
 	fs.StringVar(&f.concurrency.Key, "concurrency-key", "", "concurrency key: at most --concurrency-limit jobs with it run at once")
 	fs.IntVar(&f.concurrency.Limit, "concurrency-limit", 0, "limit of --concurrency-key (server default: 1)")
+	fs.StringVar(&f.unique.Key, "unique-key", "", "unique key: while a job with it is in the --unique-while state, submitting again answers that job")
+	fs.StringVar(&f.unique.While, "unique-while", "", "queued, active or until_done (server default: until_done)")
+	fs.Var(&f.uniqueTTL, "unique-ttl", "longest the unique key holds (e.g. 1h; server default: 24h)")
 	fs.BoolVar(&f.wait, "wait", false, "wait until the job is succeeded, dead or cancelled")
 	fs.DurationVar(&f.waitInterval, "wait-interval", 500*time.Millisecond, "poll interval of --wait")
 }
@@ -100,6 +105,12 @@ func (f *submitFlags) request(fs *flag.FlagSet) string {
 		return "--wait-interval must be positive"
 	case f.concurrency.Key == "" && f.concurrency.Limit != 0:
 		return "--concurrency-limit needs --concurrency-key"
+	case f.unique.Key == "" && (f.unique.While != "" || f.uniqueTTL != ""):
+		return "--unique-while and --unique-ttl need --unique-key"
+	}
+	if f.unique.Key != "" {
+		f.unique.TTL = f.uniqueTTL.value()
+		req.Unique = &f.unique
 	}
 	if f.concurrency.Key != "" {
 		req.Concurrency = &f.concurrency

@@ -168,10 +168,9 @@ type Finished struct {
 }
 
 // Complete records, in one round trip, the job of each finished key (for
-// the idempotency TTL, replacing the claim and its intent) and caches the
-// resources of just-submitted jobs (by job id, JSON).
-func (s *Store) Complete(ctx context.Context, tenant string, done []Finished, submitted map[string][]byte) error {
-	if len(done) == 0 && len(submitted) == 0 {
+// the idempotency TTL, replacing the claim and its intent).
+func (s *Store) Complete(ctx context.Context, tenant string, done []Finished) error {
+	if len(done) == 0 {
 		return nil
 	}
 	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
@@ -179,13 +178,35 @@ func (s *Store) Complete(ctx context.Context, tenant string, done []Finished, su
 			p.Set(ctx, Key(tenant, d.Key), "j:"+d.Hash+":"+d.JobID, s.ttl)
 			p.Del(ctx, IntentKey(tenant, d.Key))
 		}
-		for id, b := range submitted {
-			p.Set(ctx, SubmittedKey(id), b, s.submittedTTL)
-		}
 		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("idem: complete: %w", err)
+	}
+	return nil
+}
+
+// CacheSubmitted caches the resources of just-submitted jobs (by job id,
+// JSON) of any number of requests in one round trip. The api calls it once
+// per group of produced submissions, alongside their produce.
+func (s *Store) CacheSubmitted(ctx context.Context, groups []map[string][]byte) error {
+	n := 0
+	for _, g := range groups {
+		n += len(g)
+	}
+	if n == 0 {
+		return nil
+	}
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, g := range groups {
+			for id, b := range g {
+				p.Set(ctx, SubmittedKey(id), b, s.submittedTTL)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("idem: cache submitted: %w", err)
 	}
 	return nil
 }

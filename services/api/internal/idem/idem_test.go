@@ -58,7 +58,7 @@ func TestClaimIsALease(t *testing.T) {
 		t.Fatalf("retry after the lease: %+v, want Claimed with the dead request's job_a", r)
 	}
 	// Completed: the 24h record replaces claim and intent.
-	if err := s.Complete(ctx, "acme", []idem.Finished{{Key: "k", Hash: "h1", JobID: "job_a"}}, nil); err != nil {
+	if err := s.Complete(ctx, "acme", []idem.Finished{{Key: "k", Hash: "h1", JobID: "job_a"}}); err != nil {
 		t.Fatal(err)
 	}
 	if ttl := rdb.PTTL(ctx, idem.Key("acme", "k")).Val(); ttl < 23*time.Hour {

@@ -42,6 +42,11 @@ type Row struct {
 	RedrivenFrom   string
 	IdempotencyKey string
 	RequestHash    string
+	// UniqueKey, UniqueWhile and UniqueUntil are the job's unique key
+	// (schema.Unique), empty without one; see HoldsUnique.
+	UniqueKey   string
+	UniqueWhile string
+	UniqueUntil *time.Time
 	// CreatedAt is the submission time; until the enqueued event is seen,
 	// the earliest event time of the job.
 	CreatedAt time.Time
@@ -136,7 +141,7 @@ func Apply(r *Row, ev schema.Event) bool {
 		applyRun(r, e.Attempt, &e.StartedAt, e.WorkerID)
 		applyError(r, 2*e.Attempt, e.Error)
 	case schema.DeadLettered:
-		applySpec(r, e.Attempt, e.Job, e.CreatedAt, "", "", "", e.RedrivenFrom)
+		applySpec(r, e.Attempt, e.Job, e.CreatedAt, submission{}, e.RedrivenFrom)
 		applyError(r, 2*e.Attempt+1, e.Error)
 		if advances {
 			r.FinishedAt = utcPtr(e.DeadAt)
@@ -150,7 +155,8 @@ func Apply(r *Row, ev schema.Event) bool {
 }
 
 func applyEnqueued(r *Row, e schema.Enqueued, m schema.Meta) {
-	applySpec(r, e.Attempt, e.Job, e.CreatedAt, TraceID(m.TraceParent), e.IdempotencyKey, e.RequestHash, e.RedrivenFrom)
+	sub := submission{traceID: TraceID(m.TraceParent), idemKey: e.IdempotencyKey, reqHash: e.RequestHash, unique: e.Unique}
+	applySpec(r, e.Attempt, e.Job, e.CreatedAt, sub, e.RedrivenFrom)
 	if e.Attempt >= r.EnqAttempt {
 		at := ts(e.RunAt)
 		r.EnqAttempt, r.ScheduledFor = e.Attempt, &at
@@ -158,25 +164,59 @@ func applyEnqueued(r *Row, e schema.Enqueued, m schema.Meta) {
 	}
 }
 
+// submission is what only a job's enqueued events carry beside its
+// specification.
+type submission struct {
+	traceID, idemKey, reqHash string
+	unique                    *schema.Unique
+}
+
 // applySpec takes the specification of the event with the lowest attempt.
-// A dead-letter event carries the specification too (but no trace or
-// idempotency data), so it fills a row whose enqueued events are missing;
-// an enqueued event of the same attempt replaces it.
-func applySpec(r *Row, attempt int, spec schema.JobSpec, createdAt time.Time, traceID, idemKey, reqHash, redrivenFrom string) {
-	full := idemKey != "" || reqHash != "" || traceID != ""
+// A dead-letter event carries the specification too (but no trace,
+// idempotency or unique data), so it fills a row whose enqueued events are
+// missing; an enqueued event of the same attempt replaces it.
+func applySpec(r *Row, attempt int, spec schema.JobSpec, createdAt time.Time, sub submission, redrivenFrom string) {
+	full := sub.idemKey != "" || sub.reqHash != "" || sub.traceID != "" || sub.unique != nil
 	switch {
 	case r.SpecAttempt == 0, attempt < r.SpecAttempt:
-	case attempt == r.SpecAttempt && full && r.TraceID == "" && r.IdempotencyKey == "" && r.RequestHash == "":
+	case attempt == r.SpecAttempt && full && r.TraceID == "" && r.IdempotencyKey == "" && r.RequestHash == "" && r.UniqueKey == "":
 	default:
 		return
 	}
 	r.SpecAttempt = attempt
 	r.Type, r.Queue, r.Priority, r.MaxAttempts = spec.Type, spec.Queue, spec.Priority, spec.MaxAttempts
 	r.Payload, r.Tags, r.Pool = cloneRaw(spec.Payload), append([]string(nil), spec.Tags...), spec.Pool
-	r.TraceID, r.IdempotencyKey, r.RequestHash, r.RedrivenFrom = traceID, idemKey, reqHash, redrivenFrom
+	r.TraceID, r.IdempotencyKey, r.RequestHash, r.RedrivenFrom = sub.traceID, sub.idemKey, sub.reqHash, redrivenFrom
+	r.UniqueKey, r.UniqueWhile, r.UniqueUntil = "", "", nil
+	if u := sub.unique; u != nil {
+		r.UniqueKey, r.UniqueWhile, r.UniqueUntil = u.Key, u.While, utcPtr(u.Until)
+	}
 	if !createdAt.IsZero() {
 		r.CreatedAt = ts(createdAt)
 	}
+}
+
+// HoldsUnique reports whether the job holds its unique key at now: it has
+// one, now is before its end, and the job is in the key's state —
+//
+//   - queued: its first attempt has not started;
+//   - active: its first attempt has not started, or an attempt runs (a
+//     job waiting out a retry backoff does not hold the key);
+//   - until_done: it has not succeeded, been dead-lettered or cancelled.
+func (r *Row) HoldsUnique(now time.Time) bool {
+	if r.UniqueKey == "" || r.UniqueUntil == nil || !now.Before(*r.UniqueUntil) {
+		return false
+	}
+	firstWait := r.Pos.Phase == schema.PhaseEnqueued && r.Pos.Attempt <= 1
+	switch r.UniqueWhile {
+	case schema.UniqueQueued:
+		return firstWait
+	case schema.UniqueActive:
+		return firstWait || r.Pos.Phase == schema.PhaseRunning
+	case schema.UniqueUntilDone:
+		return !r.Pos.Phase.Terminal()
+	}
+	return false
 }
 
 // applyRun keeps the run with the highest (attempt, started_at, worker_id).

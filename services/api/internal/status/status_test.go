@@ -34,7 +34,8 @@ func spec() schema.JobSpec {
 // history is a job that fails its first attempt and succeeds its second.
 func history() []schema.Event {
 	return []schema.Event{
-		ev(0, schema.Enqueued{JobRef: ref(1), Job: spec(), CreatedAt: t0, RunAt: t0, Reason: schema.ReasonSubmitted, IdempotencyKey: "k", RequestHash: "h"}),
+		ev(0, schema.Enqueued{JobRef: ref(1), Job: spec(), CreatedAt: t0, RunAt: t0, Reason: schema.ReasonSubmitted, IdempotencyKey: "k", RequestHash: "h",
+			Unique: &schema.Unique{Key: "u", While: schema.UniqueUntilDone, Until: t0.Add(time.Hour)}}),
 		ev(1*time.Second, schema.Started{JobRef: ref(1), WorkerID: "w1", StartedAt: t0.Add(time.Second)}),
 		ev(2*time.Second, schema.Progress{JobRef: ref(1), WorkerID: "w1", Percent: 10, Message: "a", At: t0.Add(2 * time.Second)}),
 		ev(3*time.Second, schema.Progress{JobRef: ref(1), WorkerID: "w1", Percent: 50, Message: "b", At: t0.Add(3 * time.Second)}),
@@ -211,4 +212,39 @@ func names(evs []schema.Event) []string {
 		out[i] = string(lc.EventType()) + "#" + string(rune('0'+lc.Ref().Attempt))
 	}
 	return out
+}
+
+// TestHoldsUnique: along a job that fails its first attempt, waits for its
+// retry and succeeds, each state of a unique key holds exactly where it
+// should, never past the key's end, and the key (from the first enqueued
+// event) survives the retry's enqueued event, which carries none.
+func TestHoldsUnique(t *testing.T) {
+	h := history()
+	// Prefix length → holds for queued, active, until_done.
+	want := map[int][3]bool{
+		1: {true, true, true},    // enqueued, waiting for its first attempt
+		2: {false, true, true},   // running attempt 1
+		5: {false, false, true},  // attempt 1 failed
+		6: {false, false, true},  // retry enqueued: waiting out the backoff
+		7: {false, true, true},   // running attempt 2
+		8: {false, false, false}, // succeeded
+	}
+	for n, w := range want {
+		r := fold(h[:n])
+		if r.UniqueKey != "u" {
+			t.Fatalf("after %d events: unique key %q", n, r.UniqueKey)
+		}
+		for i, while := range []string{schema.UniqueQueued, schema.UniqueActive, schema.UniqueUntilDone} {
+			r.UniqueWhile = while
+			if got := r.HoldsUnique(t0); got != w[i] {
+				t.Errorf("after %d events, while %s: holds %v, want %v", n, while, got, w[i])
+			}
+			if r.HoldsUnique(t0.Add(time.Hour)) {
+				t.Errorf("after %d events, while %s: holds at its end", n, while)
+			}
+		}
+	}
+	if r := fold(h[:1]); (&Row{Pos: r.Pos}).HoldsUnique(t0) {
+		t.Error("a job without a unique key holds one")
+	}
 }

@@ -29,9 +29,19 @@ var migrations embed.FS
 // Migrations are the api schema migrations; `ferry migrate` applies them.
 var Migrations = pgstore.Register("api", migrations, "migrations")
 
+//go:embed migrations_unique/*.sql
+var uniqueMigrations embed.FS
+
+// UniqueMigrations add the unique-key columns to the jobs table; a
+// component of their own, registered after Migrations.
+var UniqueMigrations = pgstore.Register("api-unique", uniqueMigrations, "migrations_unique")
+
 // Migrate creates or upgrades the jobs table.
 func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
-	return Migrations.Apply(ctx, pool)
+	if err := Migrations.Apply(ctx, pool); err != nil {
+		return err
+	}
+	return UniqueMigrations.Apply(ctx, pool)
 }
 
 // ErrConcurrentWrite is returned when another transaction inserted a job of
@@ -56,7 +66,8 @@ func New(pool *pgxpool.Pool, log *slog.Logger) *Store {
 const columns = `tenant_id, id, type, queue, priority, pool, status, attempt, max_attempts, payload, tags,
 	created_at, scheduled_for, started_at, finished_at, worker_id, progress_percent, progress_message, progress_at,
 	result, last_error_class, last_error_message, trace_id, redriven_from, idempotency_key, request_hash,
-	pos_attempt, pos_phase, spec_attempt, enq_attempt, delayed, run_attempt, progress_attempt, error_rank, version`
+	pos_attempt, pos_phase, spec_attempt, enq_attempt, delayed, run_attempt, progress_attempt, error_rank, version,
+	unique_key, unique_while, unique_until`
 
 var numColumns = len(strings.Split(columns, ","))
 
@@ -70,7 +81,7 @@ func scanJob(row pgx.CollectableRow) (Job, error) {
 	var (
 		j              Job
 		st             string
-		idem           *string
+		idem, uniq     *string
 		payload, res   []byte
 		phase          int
 		attemptIgnored int
@@ -79,13 +90,16 @@ func scanJob(row pgx.CollectableRow) (Job, error) {
 		&payload, &j.Tags, &j.CreatedAt, &j.ScheduledFor, &j.StartedAt, &j.FinishedAt, &j.WorkerID,
 		&j.ProgressPercent, &j.ProgressMessage, &j.ProgressAt, &res, &j.LastErrorClass, &j.LastErrorMessage,
 		&j.TraceID, &j.RedrivenFrom, &idem, &j.RequestHash, &j.Pos.Attempt, &phase, &j.SpecAttempt, &j.EnqAttempt,
-		&j.Delayed, &j.RunAttempt, &j.ProgressAttempt, &j.ErrorRank, &j.Version)
+		&j.Delayed, &j.RunAttempt, &j.ProgressAttempt, &j.ErrorRank, &j.Version, &uniq, &j.UniqueWhile, &j.UniqueUntil)
 	if err != nil {
 		return j, err
 	}
 	j.Pos.Phase = schema.Phase(phase)
 	if idem != nil {
 		j.IdempotencyKey = *idem
+	}
+	if uniq != nil {
+		j.UniqueKey = *uniq
 	}
 	if len(payload) > 0 {
 		j.Payload = payload
@@ -97,7 +111,7 @@ func scanJob(row pgx.CollectableRow) (Job, error) {
 		j.Tags = nil
 	}
 	utc(&j.CreatedAt)
-	for _, t := range []*time.Time{j.ScheduledFor, j.StartedAt, j.FinishedAt, j.ProgressAt} {
+	for _, t := range []*time.Time{j.ScheduledFor, j.StartedAt, j.FinishedAt, j.ProgressAt, j.UniqueUntil} {
 		if t != nil {
 			utc(t)
 		}
@@ -334,9 +348,12 @@ func upsert(ctx context.Context, tx pgx.Tx, jobs []Job) error {
 			}
 		}
 		sb.WriteByte(')')
-		var idem *string
+		var idem, uniq *string
 		if j.IdempotencyKey != "" {
 			idem = &j.IdempotencyKey
+		}
+		if j.UniqueKey != "" {
+			uniq = &j.UniqueKey
 		}
 		tags := j.Tags
 		if tags == nil {
@@ -350,7 +367,7 @@ func upsert(ctx context.Context, tx pgx.Tx, jobs []Job) error {
 			j.MaxAttempts, rawArg(j.Payload), tags, created, j.ScheduledFor, j.StartedAt, j.FinishedAt, j.WorkerID,
 			j.ProgressPercent, j.ProgressMessage, j.ProgressAt, rawArg(j.Result), j.LastErrorClass, j.LastErrorMessage,
 			j.TraceID, j.RedrivenFrom, idem, j.RequestHash, j.Pos.Attempt, int(j.Pos.Phase), j.SpecAttempt, j.EnqAttempt,
-			j.Delayed, j.RunAttempt, j.ProgressAttempt, j.ErrorRank, j.Version+1)
+			j.Delayed, j.RunAttempt, j.ProgressAttempt, j.ErrorRank, j.Version+1, uniq, j.UniqueWhile, j.UniqueUntil)
 	}
 	sb.WriteString(` ON CONFLICT (tenant_id, id) DO UPDATE SET `)
 	for i, c := range strings.Split(columns, ",") {
@@ -404,16 +421,43 @@ func (s *Store) ByIdempotencyKeys(ctx context.Context, tenant string, keys []str
 	if len(keys) == 0 {
 		return out, nil
 	}
-	rows, err := s.pool.Query(ctx, `SELECT `+columns+` FROM jobs WHERE tenant_id = $1 AND idempotency_key = ANY($2)`, tenant, keys)
+	jobs, err := s.query(ctx, "jobs by idempotency key", `SELECT `+columns+` FROM jobs WHERE tenant_id = $1 AND idempotency_key = ANY($2)`, tenant, keys)
+	for _, j := range jobs {
+		out[j.IdempotencyKey] = j
+	}
+	return out, err
+}
+
+// query runs a SELECT of columns and scans its rows; what names it in errors.
+func (s *Store) query(ctx context.Context, what, sql string, args ...any) ([]Job, error) {
+	rows, err := s.pool.Query(ctx, sql, args...)
 	if err != nil {
-		return nil, fmt.Errorf("store: jobs by idempotency key: %w", err)
+		return nil, fmt.Errorf("store: %s: %w", what, err)
 	}
 	jobs, err := pgx.CollectRows(rows, scanJob)
 	if err != nil {
-		return nil, fmt.Errorf("store: jobs by idempotency key: %w", err)
+		return nil, fmt.Errorf("store: %s: %w", what, err)
+	}
+	return jobs, nil
+}
+
+// HoldingUnique returns, by key, the jobs of tenant that hold any of keys
+// at now (status.Row.HoldsUnique). Should two jobs hold one key (possible
+// only after a Redis loss within the projection's lag) the oldest wins.
+func (s *Store) HoldingUnique(ctx context.Context, tenant string, keys []string, now time.Time) (map[string]Job, error) {
+	out := map[string]Job{}
+	if len(keys) == 0 {
+		return out, nil
+	}
+	jobs, err := s.query(ctx, "jobs by unique key", `SELECT `+columns+` FROM jobs WHERE tenant_id = $1 AND unique_key = ANY($2)
+		AND unique_until > $3 AND status NOT IN ('succeeded', 'dead', 'cancelled') ORDER BY created_at DESC, id DESC`, tenant, keys, now)
+	if err != nil {
+		return nil, err
 	}
 	for _, j := range jobs {
-		out[j.IdempotencyKey] = j
+		if j.HoldsUnique(now) {
+			out[j.UniqueKey] = j
+		}
 	}
 	return out, nil
 }
@@ -466,15 +510,7 @@ func (s *Store) List(ctx context.Context, tenant string, f Filter) ([]Job, error
 	}
 	q := `SELECT ` + columns + ` FROM jobs WHERE ` + strings.Join(where, " AND ") +
 		` ORDER BY created_at DESC, id DESC LIMIT ` + arg(f.Limit)
-	rows, err := s.pool.Query(ctx, q, args...)
-	if err != nil {
-		return nil, fmt.Errorf("store: list jobs: %w", err)
-	}
-	jobs, err := pgx.CollectRows(rows, scanJob)
-	if err != nil {
-		return nil, fmt.Errorf("store: list jobs: %w", err)
-	}
-	return jobs, nil
+	return s.query(ctx, "list jobs", q, args...)
 }
 
 // GetMany returns the jobs of tenant among ids, by id.
@@ -483,13 +519,9 @@ func (s *Store) GetMany(ctx context.Context, tenant string, ids []string) (map[s
 	if len(ids) == 0 {
 		return out, nil
 	}
-	rows, err := s.pool.Query(ctx, `SELECT `+columns+` FROM jobs WHERE tenant_id = $1 AND id = ANY($2)`, tenant, ids)
+	jobs, err := s.query(ctx, "get jobs", `SELECT `+columns+` FROM jobs WHERE tenant_id = $1 AND id = ANY($2)`, tenant, ids)
 	if err != nil {
-		return nil, fmt.Errorf("store: get jobs: %w", err)
-	}
-	jobs, err := pgx.CollectRows(rows, scanJob)
-	if err != nil {
-		return nil, fmt.Errorf("store: get jobs: %w", err)
+		return nil, err
 	}
 	for _, j := range jobs {
 		out[j.ID] = j

@@ -38,6 +38,20 @@ type Request struct {
 	// IdempotencyKey is the per-item key of a batch (a single submission
 	// uses the Idempotency-Key header).
 	IdempotencyKey string `json:"idempotency_key,omitempty"`
+	// Unique makes the job unique by key while it is in a state.
+	Unique *UniqueRequest `json:"unique,omitempty"`
+}
+
+// UniqueRequest is the unique key of a submission: while the tenant's job
+// holding Key is in the While state (and for at most TTL), another
+// submission with Key answers with that job.
+type UniqueRequest struct {
+	Key string `json:"key"`
+	// While is "queued", "active" or "until_done" (the default).
+	While *string `json:"while,omitempty"`
+	// TTL bounds how long the key holds, from the submission; defaults to
+	// DefaultUniqueTTL.
+	TTL *string `json:"ttl,omitempty"`
 }
 
 // BackoffRequest overrides the retry backoff.
@@ -76,6 +90,9 @@ const (
 	MaxAhead           = 365 * 24 * time.Hour
 	MaxPast            = time.Hour
 	MaxIdempotencyKey  = 255
+	MaxUniqueKey       = 255
+	DefaultUniqueTTL   = 24 * time.Hour
+	MaxUniqueTTL       = 30 * 24 * time.Hour
 )
 
 var (
@@ -91,6 +108,8 @@ type Accepted struct {
 	// Hash identifies the request for idempotency: equal for requests that
 	// mean the same thing, whatever their formatting.
 	Hash string
+	// Unique is the job's unique key, nil without one.
+	Unique *schema.Unique
 }
 
 // Invalid is a rejected submission.
@@ -132,6 +151,7 @@ func Validate(req Request, now time.Time, lim Limits) (Accepted, error) {
 	v.tags(req.Tags, &spec)
 	v.backoff(req.Backoff, &spec)
 	v.concurrency(req.Concurrency, &spec)
+	unique := v.unique(req.Unique)
 	if err := schema.CheckText(req.IdempotencyKey); err != nil {
 		v.bad["idempotency_key"] = schema.FieldMessage(err)
 	} else if len(req.IdempotencyKey) > MaxIdempotencyKey {
@@ -140,7 +160,7 @@ func Validate(req Request, now time.Time, lim Limits) (Accepted, error) {
 	if len(v.bad) > 0 {
 		return Accepted{}, v.invalid()
 	}
-	return Accepted{Spec: spec, RunAt: runAt.UTC(), Hash: Hash(req)}, nil
+	return Accepted{Spec: spec, RunAt: runAt.UTC(), Hash: Hash(req), Unique: unique}, nil
 }
 
 // validation collects the field errors of one submission.
@@ -350,6 +370,38 @@ func (v *validation) backoff(req *BackoffRequest, spec *schema.JobSpec) {
 	if b.Base > 0 || b.Max > 0 || b.Jitter != nil {
 		spec.Backoff = b
 	}
+}
+
+// unique checks the unique key and returns it with its defaults applied.
+func (v *validation) unique(req *UniqueRequest) *schema.Unique {
+	if req == nil {
+		return nil
+	}
+	u := &schema.Unique{Key: req.Key, While: schema.UniqueUntilDone}
+	switch {
+	case req.Key == "":
+		v.bad["unique.key"] = "is required"
+	case !v.text("unique.key", req.Key):
+	case len(req.Key) > MaxUniqueKey:
+		v.bad["unique.key"] = fmt.Sprintf("must be at most %d characters", MaxUniqueKey)
+	}
+	if req.While != nil {
+		switch u.While = *req.While; u.While {
+		case schema.UniqueQueued, schema.UniqueActive, schema.UniqueUntilDone:
+		default:
+			v.bad["unique.while"] = `must be "queued", "active" or "until_done"`
+		}
+	}
+	ttl := DefaultUniqueTTL
+	if req.TTL != nil && v.text("unique.ttl", *req.TTL) {
+		d, err := time.ParseDuration(*req.TTL)
+		if err != nil || d < time.Second || d > MaxUniqueTTL {
+			v.bad["unique.ttl"] = fmt.Sprintf(`must be a duration such as "1h", between 1s and %s`, MaxUniqueTTL)
+		}
+		ttl = d
+	}
+	u.Until = v.now.Add(ttl).UTC()
+	return u
 }
 
 // Hash returns the idempotency hash of req: SHA-256 over its canonical JSON

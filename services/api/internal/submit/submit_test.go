@@ -225,3 +225,37 @@ func TestMaxDelay(t *testing.T) {
 		t.Fatalf("backoff beyond the max delay: %v", err)
 	}
 }
+
+// TestUnique: a unique key gets its defaults (until_done, 24h from now),
+// keeps what was given, and bad fields are field errors.
+func TestUnique(t *testing.T) {
+	a, err := Validate(Request{Type: "x", Unique: &UniqueRequest{Key: "user-7"}}, now, Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u := a.Unique; u == nil || u.Key != "user-7" || u.While != "until_done" || !u.Until.Equal(now.Add(24*time.Hour)) {
+		t.Fatalf("defaults: %+v", a.Unique)
+	}
+	a, err = Validate(Request{Type: "x", Unique: &UniqueRequest{Key: "k", While: sp("queued"), TTL: sp("1h")}}, now, Limits{})
+	if err != nil || a.Unique.While != "queued" || !a.Unique.Until.Equal(now.Add(time.Hour)) {
+		t.Fatalf("given: %+v %v", a.Unique, err)
+	}
+	if a, _ := Validate(Request{Type: "x"}, now, Limits{}); a.Unique != nil {
+		t.Fatalf("no unique key: %+v", a.Unique)
+	}
+	bad := map[string]*UniqueRequest{
+		"unique.key":   {Key: ""},
+		"unique.while": {Key: "k", While: sp("running")},
+		"unique.ttl":   {Key: "k", TTL: sp("0.5s")},
+	}
+	bad["unique.key "] = &UniqueRequest{Key: strings.Repeat("k", 256)}
+	bad["unique.ttl "] = &UniqueRequest{Key: "k", TTL: sp("800h")}
+	bad["unique.key  "] = &UniqueRequest{Key: "a\x00b"}
+	for name, u := range bad {
+		_, err := Validate(Request{Type: "x", Unique: u}, now, Limits{})
+		var inv *Invalid
+		if !errors.As(err, &inv) || inv.Fields[strings.TrimSpace(name)] == "" {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+}

@@ -1,0 +1,148 @@
+// Package groupcommit produces the records of concurrent submissions
+// together: requests that arrive while a produce is in flight wait and go
+// out in the next one, as one ProduceSync of all their records (a group
+// commit). Each request still learns the outcome of exactly its own
+// records, only once they are acknowledged (or failed), so durability is
+// the producer's (acks=all, idempotent): nothing changes but the number of
+// produce calls and of the side writes done beside them.
+//
+// Each request may carry a side value; beside each produce, alongside (when
+// set) runs once with the side values of the whole group, concurrently with
+// the produce: the api caches the group's just-submitted job resources in
+// Redis there, one pipeline per group instead of one round trip per request.
+package groupcommit
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// ProduceFunc produces records and returns one result per record, in order
+// (kgo.Client.ProduceSync).
+type ProduceFunc func(ctx context.Context, recs ...*kgo.Record) kgo.ProduceResults
+
+// Committer groups concurrent produces of requests carrying side values of
+// type S. The zero value is not usable; see New.
+type Committer[S any] struct {
+	produce   ProduceFunc
+	alongside func(ctx context.Context, sides []S)
+	timeout   time.Duration
+
+	mu      sync.Mutex
+	waiting []*request[S]
+	busy    bool // a flush goroutine runs
+}
+
+// request is one caller's records and, once flushed, their results.
+type request[S any] struct {
+	recs []*kgo.Record
+	side S
+	errs []error
+	done chan struct{}
+}
+
+// ErrGroupTimeout fails the records of a group whose produce outlived the
+// committer's timeout.
+var ErrGroupTimeout = errors.New("groupcommit: produce timed out")
+
+// New returns a committer over produce. alongside, if not nil, runs once
+// per group with the side values of all its requests, concurrently with
+// their produce (so whether or not the records get acknowledged); it must
+// not keep the slice. timeout bounds one group's produce (it runs
+// on no request's context, so that one caller going away cannot fail the
+// records of the others).
+func New[S any](produce ProduceFunc, alongside func(ctx context.Context, sides []S), timeout time.Duration) *Committer[S] {
+	return &Committer[S]{produce: produce, alongside: alongside, timeout: timeout}
+}
+
+// Produce sends recs, with side, in the next group and returns one error per record
+// (nil: acknowledged). When ctx ends first it returns ctx's error for every
+// record: they may still be produced, exactly as when a produce call is
+// cancelled mid-flight.
+func (c *Committer[S]) Produce(ctx context.Context, side S, recs ...*kgo.Record) []error {
+	if len(recs) == 0 {
+		return nil
+	}
+	r := &request[S]{recs: recs, side: side, done: make(chan struct{})}
+	c.mu.Lock()
+	c.waiting = append(c.waiting, r)
+	if !c.busy {
+		c.busy = true
+		go c.flushLoop()
+	}
+	c.mu.Unlock()
+	select {
+	case <-r.done:
+		return r.errs
+	case <-ctx.Done():
+		errs := make([]error, len(recs))
+		for i := range errs {
+			errs[i] = ctx.Err()
+		}
+		return errs
+	}
+}
+
+// flushLoop flushes the waiting requests, one group at a time, until none
+// are left.
+func (c *Committer[S]) flushLoop() {
+	for {
+		c.mu.Lock()
+		group := c.waiting
+		c.waiting = nil
+		if len(group) == 0 {
+			c.busy = false
+			c.mu.Unlock()
+			return
+		}
+		c.mu.Unlock()
+		c.flush(group)
+	}
+}
+
+// flush produces one group and hands every request its own results.
+func (c *Committer[S]) flush(group []*request[S]) {
+	var recs []*kgo.Record
+	sides := make([]S, len(group))
+	for i, r := range group {
+		recs, sides[i] = append(recs, r.recs...), r.side
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	defer cancel()
+	var side sync.WaitGroup
+	if c.alongside != nil {
+		side.Go(func() { c.alongside(ctx, sides) })
+	}
+	results := c.produce(ctx, recs...)
+	side.Wait()
+	// ProduceSync lists results in the order the records completed, not
+	// the order they were given: match them by record.
+	errs := make(map[*kgo.Record]error, len(results))
+	for _, res := range results {
+		errs[res.Record] = res.Err
+	}
+	for _, r := range group {
+		r.errs = make([]error, len(r.recs))
+		for i, rec := range r.recs {
+			r.errs[i] = resultErr(errs, rec)
+		}
+		close(r.done)
+	}
+}
+
+// resultErr is the error of rec: ErrGroupTimeout (joined with the cause)
+// when the group outlived its timeout or the producer gave no result.
+func resultErr(errs map[*kgo.Record]error, rec *kgo.Record) error {
+	err, ok := errs[rec]
+	switch {
+	case !ok:
+		return ErrGroupTimeout
+	case errors.Is(err, context.DeadlineExceeded):
+		return errors.Join(ErrGroupTimeout, err)
+	}
+	return err
+}
