@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what `make dev` and `make test` need besides Go: PostgreSQL server
 # binaries, redis-server, kcat, a C compiler (`go test -race` needs cgo), and
-# python3 and node (the signature verification examples of docs/http-jobs.md). Idempotent: it does nothing when they are
+# python3 and node (the signature verification examples of docs/http-jobs.md), and
+# chromium (the console's browser tests drive it headless). Idempotent: it does nothing when they are
 # present. As root on Debian/Ubuntu it installs what is missing with apt-get;
 # otherwise it names what is missing and fails.
 #
@@ -31,6 +32,8 @@ command -v gcc >/dev/null 2>&1 || missing+=(gcc libc6-dev)
 # The verification examples of docs/http-jobs.md run in cmd/ferry's tests.
 command -v python3 >/dev/null 2>&1 || missing+=(python3)
 command -v node >/dev/null 2>&1 || missing+=(nodejs)
+# The console's browser tests (cmd/ferry/console_test.go) drive headless Chromium.
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 
 if ((${#missing[@]} == 0)); then
 	exit 0
@@ -80,4 +83,5 @@ have_postgres || fail "postgresql installed but initdb/postgres not found"
 command -v redis-server >/dev/null 2>&1 || fail "redis-server not found after install"
 command -v kcat >/dev/null 2>&1 || fail "kcat not found after install"
 command -v gcc >/dev/null 2>&1 || fail "gcc not found after install"
+command -v chromium >/dev/null 2>&1 || fail "chromium not found after install"
 echo "install-deps: done" >&2
