@@ -49,9 +49,9 @@ var SessionMigrations = pgstore.Register("auth_sessions", sessionMigrations, "se
 var ErrCSRF = &httpx.Error{Status: http.StatusForbidden, Code: "csrf_token_invalid",
 	Message: "a change made with the console's session cookie must carry the session's " + CSRFHeader + " header"}
 
-// errNoSession is a session token that is unknown, expired or signed out,
+// ErrNoSession is a session token that is unknown, expired or signed out,
 // or whose key was revoked: the caller is not signed in.
-var errNoSession = errors.New("auth: no such session")
+var ErrNoSession = errors.New("auth: no such session")
 
 // Session is an open console session.
 type Session struct {
@@ -130,10 +130,10 @@ func (s *KeyStore) ResolveSession(ctx context.Context, token, adminKey string) (
 		s.remember(ck, c)
 	}
 	if !c.found || !now.Before(c.sessionEnds) {
-		return Principal{}, time.Time{}, errNoSession
+		return Principal{}, time.Time{}, ErrNoSession
 	}
 	if c.p.Admin && (adminKey == "" || subtle.ConstantTimeCompare(c.adminKeyHash, HashKey(adminKey)) != 1) {
-		return Principal{}, time.Time{}, errNoSession
+		return Principal{}, time.Time{}, ErrNoSession
 	}
 	return c.p, c.sessionEnds, nil
 }
@@ -177,7 +177,7 @@ func safeMethod(m string) bool {
 // CSRF token on methods that change something.
 func sessionPrincipal(r *http.Request, keys *KeyStore, adminKey string, cookie *http.Cookie) (Principal, error) {
 	p, _, err := keys.ResolveSession(r.Context(), cookie.Value, adminKey)
-	if errors.Is(err, errNoSession) {
+	if errors.Is(err, ErrNoSession) {
 		return Principal{}, httpx.ErrUnauthorized
 	}
 	if err != nil {

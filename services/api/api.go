@@ -50,6 +50,7 @@ import (
 	"github.com/ferryhq/ferry/platform/secretbox"
 	"github.com/ferryhq/ferry/platform/service"
 	"github.com/ferryhq/ferry/platform/signing"
+	"github.com/ferryhq/ferry/services/api/console"
 	"github.com/ferryhq/ferry/services/api/internal/idem"
 	"github.com/ferryhq/ferry/services/api/internal/limits"
 	"github.com/ferryhq/ferry/services/api/internal/store"
@@ -133,6 +134,9 @@ type Config struct {
 	Now func() time.Time
 
 	loadErr error
+
+	// Console are the settings of the web console the api serves.
+	Console console.Config
 }
 
 // WithDefaults returns c with zero fields set to their defaults.
@@ -160,7 +164,7 @@ func (c Config) WithDefaults() Config {
 
 // Validate reports settings that cannot work.
 func (c Config) Validate() error {
-	errs := []error{c.loadErr}
+	errs := []error{c.loadErr, c.Console.WithDefaults().Validate()}
 	if len(c.SecretKey) != 0 && len(c.SecretKey) != secretbox.KeySize {
 		errs = append(errs, fmt.Errorf("FERRY_SECRET_KEY must be %d bytes", secretbox.KeySize))
 	}
@@ -219,6 +223,7 @@ func LoadConfig(l *config.Loader) Config {
 		JobRetention:        l.Duration("FERRY_JOB_RETENTION"),
 		SecretKeyFile:       filepath.Join(l.String("FERRY_DATA_DIR"), "secret-key"),
 		SigningSecretGrace:  l.Duration("FERRY_HTTP_SIGNING_SECRET_GRACE"),
+		Console:             console.LoadConfig(l),
 	}
 	if l.IsSet("FERRY_SECRET_KEY") {
 		c.SecretKey, c.loadErr = secretbox.ParseKey(l.String("FERRY_SECRET_KEY"))
@@ -323,6 +328,7 @@ func (s *Service) Routes(r chi.Router) {
 		r.Delete("/v1/admin/keys/{key_id}", s.handleRevokeKey)
 		s.quarantineRoutes(r) // quarantine.go
 	})
+	console.New(s.cfg.Console, s.deps.Keys, s.deps.Common.AdminKey, s.deps.Authenticate()).Routes(r)
 }
 
 // Run runs the status projection, and the retention of finished jobs,
