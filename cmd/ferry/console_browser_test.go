@@ -51,9 +51,12 @@ func startBrowser(t *testing.T, base string) *browser {
 	if err := os.MkdirAll(shots, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	b := &browser{t: t, ctx: ctx, base: base, shots: shots}
-	b.do("start the browser", chromedp.Navigate("about:blank"))
-	return b
+	// The first action starts the browser and ties it to the context it
+	// runs on: the tab's own, not a step's timeout.
+	if err := chromedp.Do(ctx, chromedp.Navigate("about:blank")); err != nil {
+		t.Fatalf("start chromium: %v", err)
+	}
+	return &browser{t: t, ctx: ctx, base: base, shots: shots}
 }
 
 // do runs steps, failing the test with what on error.
@@ -69,7 +72,8 @@ func (b *browser) do(what string, steps ...chromedp.Action[chromedp.Void]) {
 // open navigates to a console page (a fragment such as "#/jobs").
 func (b *browser) open(fragment, waitFor string) {
 	b.t.Helper()
-	b.do("open "+fragment, chromedp.Navigate(b.base+"/console/"+fragment), chromedp.WaitVisible(waitFor))
+	b.do("open "+fragment, chromedp.Navigate(b.base+"/console/"+fragment))
+	b.until("page "+fragment, fmt.Sprintf(`document.querySelector(%s) !== null`, jsString(waitFor)))
 }
 
 // eval evaluates a JavaScript expression in the page.
@@ -128,7 +132,7 @@ func (b *browser) shot(name string) {
 func (b *browser) signIn(key, who string) {
 	b.t.Helper()
 	b.open("#/overview", "#signin")
-	b.do("sign in", chromedp.SendKeys("#key", key), chromedp.Submit("#signin"))
+	b.do("sign in", chromedp.SendKeys("#key", key), chromedp.Click(`#signin button[type="submit"]`))
 	b.until("signed in as "+who, fmt.Sprintf(`document.getElementById("who").innerText.includes(%q)`, who))
 }
 

@@ -257,9 +257,15 @@ func (e *e2e) deadJob(tag string) string {
 func consoleDeadLetters(t *testing.T, e *e2e, b *browser) {
 	t.Helper()
 	first := e.deadJob("bulk")
+	// Paused, the re-driven job cannot die again before the bulk re-drive
+	// ends (a bulk re-drive takes the entries that match when it reaches
+	// them, so it would take that one too).
+	if code, out := e.call("POST", "/v1/queues/console/pause", nil); code != http.StatusOK {
+		t.Fatalf("pause: %d %v", code, out)
+	}
 	b.open("#/dlq", "#dlq-list table")
 	b.do("dry run", chromedp.Click("#dlq-dry-run"))
-	b.until("dry-run preview", `document.getElementById("dlq-preview-count")?.innerText.startsWith("1 entries would be re-driven")`)
+	b.until("dry-run preview", `document.getElementById("dlq-preview-count")?.innerText.startsWith("1 entry would be re-driven")`)
 	b.shot("dlq")
 	if _, out := e.call("GET", "/v1/dlq/"+first, nil); out["redrive"] != nil {
 		t.Fatalf("the dry run re-drove: %v", out)
@@ -272,6 +278,9 @@ func consoleDeadLetters(t *testing.T, e *e2e, b *browser) {
 		t.Fatalf("entry after the bulk re-drive: %v", entry)
 	}
 
+	if code, out := e.call("POST", "/v1/queues/console/resume", nil); code != http.StatusOK {
+		t.Fatalf("resume: %d %v", code, out)
+	}
 	second := e.deadJob("edit")
 	b.open("#/dlq/"+second, "#dlq-payload")
 	b.do("edit the payload", chromedp.SetValue("#dlq-payload", `{"times": 0, "class": "app_error"}`), chromedp.Click("#dlq-redrive-one"))
@@ -303,7 +312,7 @@ func consolePages(t *testing.T, b *browser) {
 	b.open("#/jobs", "#jobs-list table")
 	b.shot("jobs")
 	b.open("#/webhooks", "#webhook-create")
-	b.do("add a webhook", chromedp.SendKeys(`#webhook-create input[name="url"]`, "http://127.0.0.1:9/hooks"), chromedp.Submit("#webhook-create"))
+	b.do("add a webhook", chromedp.SendKeys(`#webhook-create input[name="url"]`, "http://127.0.0.1:9/hooks"), chromedp.Click(`#webhook-create button[type="submit"]`))
 	b.until("secret shown once", `document.getElementById("webhook-secret").innerText.includes("whsec_")`)
 	b.shot("webhooks")
 	b.open("#/schedules", "#schedules-list")

@@ -51,7 +51,7 @@ function bulkPanel(el, filter) {
   const dry = h("button", { type: "button", class: "secondary", id: "dlq-dry-run" }, "Preview bulk re-drive (dry run)");
   dry.addEventListener("click", () => act(dry, async () => {
     const res = await api("POST", "/v1/dlq/redrive", { ...body, dry_run: true });
-    fill(out, h("p", { id: "dlq-preview-count" }, `${res.count} entries would be re-driven`, res.count > res.sample.length ? `; the first ${res.sample.length}:` : ":"),
+    fill(out, h("p", { id: "dlq-preview-count" }, `${res.count} ${res.count === 1 ? "entry" : "entries"} would be re-driven`, res.count > res.sample.length ? `; the first ${res.sample.length}:` : ":"),
       table(["Job", "Type", "Class"], res.sample, (e) => [h("span", { class: "mono" }, e.id), e.type, badge(e.error.class)], "Nothing to re-drive."));
     go.disabled = res.count === 0;
     go.textContent = `Re-drive ${res.count}`;

@@ -2,16 +2,28 @@
 // over SSE (GET /v1/jobs/{id}/events replays the history first), with its
 // progress, payload, result, errors per attempt and trace id; cancel and
 // re-run.
-import { api, liveAvailable } from "../api.js";
+import { api, liveAvailable, ApiError } from "../api.js";
 import { h, fill, badge, json, fmtTime, table, act, toast } from "../ui.js";
 import { statusAfter } from "./jobs.js";
 
 const terminal = new Set(["succeeded", "dead", "cancelled"]);
 const pollMs = 2000;
 
+/** firstLoad reads the job, waiting a few seconds for one just submitted or re-driven (the status projection shows it moments after it is accepted). */
+async function firstLoad(id) {
+  for (let i = 0; ; i++) {
+    try {
+      return await api("GET", "/v1/jobs/" + encodeURIComponent(id));
+    } catch (e) {
+      if (!(e instanceof ApiError) || e.status !== 404 || i >= 10) throw e;
+      await new Promise((ok) => setTimeout(ok, 500));
+    }
+  }
+}
+
 export async function render(main, r) {
   const id = r.id;
-  let job = await api("GET", "/v1/jobs/" + encodeURIComponent(id));
+  let job = await firstLoad(id);
   const view = {
     status: h("span", { id: "job-status" }), progress: h("progress", { id: "job-progress", max: 100, value: 0 }),
     progressText: h("span", { id: "job-progress-text", class: "muted" }), facts: h("div"),
@@ -71,7 +83,7 @@ function kv(k, v) { return [h("dt", {}, k), h("dd", {}, v === undefined || v ===
 
 function timelineItem(type, e) {
   let detail = "";
-  if (type === "progress") detail = `${e.data.percent} %` + (e.data.message ? " — " + e.data.message : "");
+  if (type === "progress") detail = `${Math.round(e.data.percent)} %` + (e.data.message ? " — " + e.data.message : "");
   if (type === "failed" || type === "dlq") detail = `${e.data.error.class}: ${e.data.error.message}`;
   if (type === "started" && e.data.worker_id) detail = "on " + e.data.worker_id;
   return h("li", { class: type, "data-event": type }, h("strong", {}, type), ` attempt ${e.attempt} · `, h("time", { datetime: e.time }, fmtTime(e.time)), detail ? h("div", { class: "muted" }, detail) : null);

@@ -12,7 +12,7 @@ export async function render(main) {
     const out = await api("GET", "/v1/schedules" + query({ cursor }));
     rows.push(...(out.schedules || []));
     const cols = rows.length ? Object.keys(rows[0]).filter((k) => typeof rows[0][k] !== "object" || rows[0][k] === null) : [];
-    fill(list, table(cols, rows, (s) => cols.map((c) => (s[c] === null || s[c] === undefined ? "—" : String(s[c])))), "No schedules yet."),
+    fill(list, table(cols, rows, (s) => cols.map((c) => (s[c] === null || s[c] === undefined ? "—" : String(s[c]))), "No schedules yet."),
       rows.length ? h("details", {}, h("summary", {}, "As JSON"), json(rows)) : null, moreButton(out.next_cursor, load));
   };
   try {

@@ -23,7 +23,7 @@ function createForm(secret, reload) {
   const form = h("form", { class: "filters", id: "webhook-create" },
     field("URL", h("input", { name: "url", type: "url", required: true, size: 36, placeholder: "https://example.com/hooks/ferry" })),
     h("fieldset", { class: "filters" }, h("legend", {}, "Events"), eventTypes.map((t) =>
-      h("label", {}, h("input", { type: "checkbox", name: "event_types", value: t, checked: ["completed", "dlq"].includes(t) }), t))),
+      h("label", { class: "check" }, h("input", { type: "checkbox", name: "event_types", value: t, checked: ["completed", "dlq"].includes(t) }), t))),
     h("button", { type: "submit" }, "Add endpoint"));
   form.addEventListener("submit", (ev) => {
     ev.preventDefault();
