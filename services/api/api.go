@@ -314,6 +314,7 @@ func (s *Service) Routes(r chi.Router) {
 		r.Get("/v1/jobs", s.handleList)
 		r.Get("/v1/jobs/{id}", s.handleGet)
 		r.Post("/v1/jobs/{id}/cancel", s.handleCancel)
+		r.Get("/v1/stats/throughput", s.handleThroughput) // stats.go
 		r.Get("/v1/http-signing/secret", s.handleGetSigningSecret)
 		r.Post("/v1/http-signing/secret/rotate", s.handleRotateSigningSecret)
 	})
