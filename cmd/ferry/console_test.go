@@ -97,9 +97,11 @@ func TestConsoleSessionSecurity(t *testing.T) {
 	if code, out := e.withCookie(c, "POST", "/v1/queues/q/pause", nil, auth.CSRFHeader, "forged"); code != http.StatusForbidden || errorCode(out) != "csrf_token_invalid" {
 		t.Fatalf("pause with a wrong CSRF token: %d %v", code, out)
 	}
-	if code, out := e.withCookie(c, "POST", "/v1/jobs", job, auth.CSRFHeader, csrf); code != http.StatusAccepted {
-		t.Fatalf("POST /v1/jobs with the CSRF token: %d %v", code, out)
+	code, submitted := e.withCookie(c, "POST", "/v1/jobs", job, auth.CSRFHeader, csrf)
+	if code != http.StatusAccepted {
+		t.Fatalf("POST /v1/jobs with the CSRF token: %d %v", code, submitted)
 	}
+	consoleIsolation(t, e, submitted["id"].(string))
 	if code, _ := e.withCookie(c, "GET", "/console/session", nil); code != http.StatusOK {
 		t.Fatalf("GET /console/session: %d", code)
 	}
@@ -135,6 +137,29 @@ func TestConsoleSessionSecurity(t *testing.T) {
 	}
 	if code, _ := e.withCookie(c, "GET", "/v1/jobs", nil); code != http.StatusUnauthorized {
 		t.Fatalf("the signed-out cookie still reads jobs: %d", code)
+	}
+}
+
+// consoleIsolation: another tenant's session sees none of acme's job id:
+// reading, listing, streaming and cancelling it answer as for a missing job.
+func consoleIsolation(t *testing.T, e *e2e, id string) {
+	t.Helper()
+	other := e.adminTenant("globex")
+	_, out, c := e.consoleSignIn(other.key)
+	if c == nil || out["tenant_id"] != "globex" {
+		t.Fatalf("globex sign-in: %v", out)
+	}
+	waitFor(t, 30*time.Second, "acme's job projected", func() bool { code, _ := e.call("GET", "/v1/jobs/"+id, nil); return code == http.StatusOK })
+	csrf := out["csrf_token"].(string)
+	for _, r := range []struct{ method, path string }{
+		{"GET", "/v1/jobs/" + id}, {"GET", "/v1/jobs/" + id + "/events"}, {"POST", "/v1/jobs/" + id + "/cancel"}, {"GET", "/v1/dlq/" + id},
+	} {
+		if code, out := e.withCookie(c, r.method, r.path, nil, auth.CSRFHeader, csrf); code != http.StatusNotFound {
+			t.Fatalf("globex's session: %s %s answered %d %v, want 404", r.method, r.path, code, out)
+		}
+	}
+	if code, out := e.withCookie(c, "GET", "/v1/jobs", nil); code != http.StatusOK || len(out["jobs"].([]any)) != 0 {
+		t.Fatalf("globex's session lists: %d %v", code, out)
 	}
 }
 

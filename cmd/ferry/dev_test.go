@@ -25,13 +25,14 @@ import (
 type devProcess struct {
 	cmd     *exec.Cmd
 	api     string // http://host:port
+	console string // the console's URL, as the banner prints it
 	kafka   string
 	devKey  string
 	exited  chan error
 	outLock chan struct{}
 }
 
-var bannerLine = regexp.MustCompile(`^\s+(API|Kafka|Dev API key)\s+(\S+)`)
+var bannerLine = regexp.MustCompile(`^\s+(API|Console|Kafka|Dev API key)\s+(\S+)`)
 
 // startDev runs the ferry binary's `dev` command with its data in dataDir and
 // every port chosen free, and waits for its banner.
@@ -67,6 +68,8 @@ func startDev(t *testing.T, bin, dataDir string) *devProcess {
 				switch m[1] {
 				case "API":
 					p.api = strings.TrimSuffix(m[2], "/v1/jobs")
+				case "Console":
+					p.console = m[2]
 				case "Kafka":
 					p.kafka = m[2]
 				case "Dev API key":
@@ -162,6 +165,13 @@ func TestDev(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusOK
 	})
+
+	// The banner's console URL serves the console.
+	page, err := http.Get(dev.console)
+	if err != nil || page.StatusCode != http.StatusOK || !strings.HasPrefix(page.Header.Get("Content-Type"), "text/html") {
+		t.Fatalf("console at %q: %v %v", dev.console, page, err)
+	}
+	page.Body.Close()
 
 	code, job := dev.do(t, "POST", "/v1/jobs", `{"type":"noop","payload":{"hello":"kcat"}}`)
 	if code != http.StatusAccepted {
