@@ -18,19 +18,7 @@ import (
 // with extra headers (pairs), and returns the answer and its session cookie.
 func (e *e2e) consoleSignIn(key string, headers ...string) (*http.Response, map[string]any, *http.Cookie) {
 	e.t.Helper()
-	body, _ := json.Marshal(map[string]string{"key": key})
-	req, _ := http.NewRequest("POST", e.base+"/console/session", bytes.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
-	for i := 0; i+1 < len(headers); i += 2 {
-		req.Header.Set(headers[i], headers[i+1])
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var out map[string]any
-	_ = json.NewDecoder(resp.Body).Decode(&out)
+	resp, out := e.cookieCall(nil, "POST", "/console/session", map[string]string{"key": key}, headers...)
 	for _, c := range resp.Cookies() {
 		if c.Name == auth.SessionCookie {
 			return resp, out, c
@@ -42,15 +30,22 @@ func (e *e2e) consoleSignIn(key string, headers ...string) (*http.Response, map[
 // withCookie calls path with the session cookie (and headers), no key.
 func (e *e2e) withCookie(c *http.Cookie, method, path string, body any, headers ...string) (int, map[string]any) {
 	e.t.Helper()
-	var rd *bytes.Reader
+	resp, out := e.cookieCall(c, method, path, body, headers...)
+	return resp.StatusCode, out
+}
+
+// cookieCall sends a JSON request with cookie c (if any) and headers
+// (pairs), returning the response and its decoded JSON body.
+func (e *e2e) cookieCall(c *http.Cookie, method, path string, body any, headers ...string) (*http.Response, map[string]any) {
+	e.t.Helper()
+	var raw []byte
 	if body != nil {
-		b, _ := json.Marshal(body)
-		rd = bytes.NewReader(b)
-	} else {
-		rd = bytes.NewReader(nil)
+		raw, _ = json.Marshal(body)
 	}
-	req, _ := http.NewRequest(method, e.base+path, rd)
-	req.AddCookie(c)
+	req, _ := http.NewRequest(method, e.base+path, bytes.NewReader(raw))
+	if c != nil {
+		req.AddCookie(c)
+	}
 	req.Header.Set("Content-Type", "application/json")
 	for i := 0; i+1 < len(headers); i += 2 {
 		req.Header.Set(headers[i], headers[i+1])
@@ -62,7 +57,7 @@ func (e *e2e) withCookie(c *http.Cookie, method, path string, body any, headers 
 	defer resp.Body.Close()
 	var out map[string]any
 	_ = json.NewDecoder(resp.Body).Decode(&out)
-	return resp.StatusCode, out
+	return resp, out
 }
 
 // TestConsoleSessionSecurity: the key is exchanged for an HttpOnly,

@@ -123,10 +123,7 @@ func (s *KeyStore) Resolve(ctx context.Context, plain string) (Principal, error)
 	hash := HashKey(plain)
 	k := string(hash)
 	now := s.now()
-	s.mu.Lock()
-	c, ok := s.cache[k]
-	s.mu.Unlock()
-	if ok && now.Before(c.expires) {
+	if c, ok := s.cached(k, now); ok {
 		if !c.found {
 			return Principal{}, ErrUnknownKey
 		}
@@ -140,16 +137,30 @@ func (s *KeyStore) Resolve(ctx context.Context, plain string) (Principal, error)
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return Principal{}, fmt.Errorf("auth: lookup key: %w", err)
 	}
-	s.mu.Lock()
-	if len(s.cache) > 100_000 {
-		s.cache = map[string]cachedKey{} // bound memory against key-guessing floods
-	}
-	s.cache[k] = cachedKey{p: p, found: found, expires: now.Add(s.ttl)}
-	s.mu.Unlock()
+	s.remember(k, cachedKey{p: p, found: found, expires: now.Add(s.ttl)})
 	if !found {
 		return Principal{}, ErrUnknownKey
 	}
 	return p, nil
+}
+
+// cached returns the cache entry of k if it is still fresh at now.
+func (s *KeyStore) cached(k string, now time.Time) (cachedKey, bool) {
+	s.mu.Lock()
+	c, ok := s.cache[k]
+	s.mu.Unlock()
+	return c, ok && now.Before(c.expires)
+}
+
+// remember caches c under k, bounding the cache against key-guessing
+// floods.
+func (s *KeyStore) remember(k string, c cachedKey) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.cache) > 100_000 {
+		s.cache = map[string]cachedKey{}
+	}
+	s.cache[k] = c
 }
 
 // TenantHeader lets the admin key act for one tenant.

@@ -118,10 +118,8 @@ func (s *KeyStore) ResolveSession(ctx context.Context, token, adminKey string) (
 	hash := HashKey(token)
 	ck := sessionCacheKey(hash)
 	now := s.now()
-	s.mu.Lock()
-	c, ok := s.cache[ck]
-	s.mu.Unlock()
-	if !ok || !now.Before(c.expires) {
+	c, ok := s.cached(ck, now)
+	if !ok {
 		var err error
 		if c, err = s.loadSession(ctx, hash); err != nil {
 			return Principal{}, time.Time{}, err
@@ -156,16 +154,6 @@ func (s *KeyStore) loadSession(ctx context.Context, hash []byte) (cachedKey, err
 	}
 	c.found, c.p.Admin = true, c.adminKeyHash != nil
 	return c, nil
-}
-
-// remember caches c under k, bounding the cache against guessing floods.
-func (s *KeyStore) remember(k string, c cachedKey) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if len(s.cache) > 100_000 {
-		s.cache = map[string]cachedKey{}
-	}
-	s.cache[k] = c
 }
 
 // safeMethod reports whether a method only reads (needs no CSRF token).

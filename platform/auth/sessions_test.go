@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"github.com/ferryhq/ferry/platform/auth"
-	"github.com/ferryhq/ferry/platform/pgstore"
-	"github.com/ferryhq/ferry/platform/testenv"
 )
 
 // sessionCall sends method to a handler behind auth.Middleware with the
@@ -40,14 +38,7 @@ func sessionCall(t *testing.T, mw func(http.Handler) http.Handler, method, token
 // changing the admin key ends the session; only the token's hash is stored.
 func TestConsoleSessions(t *testing.T) {
 	ctx := context.Background()
-	pool, err := pgstore.Open(ctx, testenv.Postgres(t), 4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	if err := auth.Migrate(ctx, pool); err != nil {
-		t.Fatal(err)
-	}
+	pool := openAuthDB(t)
 	_, key, plain, err := auth.CreateTenant(ctx, pool, auth.Tenant{ID: "acme", Name: "Acme"})
 	if err != nil {
 		t.Fatal(err)

@@ -110,3 +110,6 @@ export function moreButton(next, load) {
   b.addEventListener("click", () => act(b, () => load(next)));
   return b;
 }
+
+/** iso turns a datetime-local field's value into an RFC 3339 time (undefined when empty). */
+export function iso(local) { return local ? new Date(local).toISOString() : undefined; }

@@ -1,7 +1,7 @@
 // Audit: query the hash-chained audit log, export it (NDJSON or CSV) and
 // verify the chain, showing the first broken row of each broken chain.
 import { api, request, query } from "../api.js";
-import { h, fill, table, fmtTime, badge, act, field, select, formValues, moreButton, errorText } from "../ui.js";
+import { h, fill, table, fmtTime, badge, act, field, select, formValues, moreButton, errorText, iso } from "../ui.js";
 
 const types = ["", "enqueued", "started", "progress", "completed", "failed", "dlq", "cancelled"];
 
@@ -31,8 +31,6 @@ export async function render(main, r) {
   };
   try { await load(""); } catch (e) { fill(list, h("p", { class: "error" }, errorText(e))); }
 }
-
-function iso(local) { return local ? new Date(local).toISOString() : undefined; }
 
 function exportButton(filter, format) {
   const b = h("button", { type: "button", class: "secondary", id: "audit-export-" + format }, "Export " + format.toUpperCase());

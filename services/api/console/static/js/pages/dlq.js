@@ -2,7 +2,7 @@
 // payload and re-drive one entry, suppress, purge; bulk re-drive of a
 // filter after a dry-run preview of what it would re-drive.
 import { api, query } from "../api.js";
-import { h, fill, table, badge, fmtTime, json, act, toast, field, select, formValues, moreButton, errorText } from "../ui.js";
+import { h, fill, table, badge, fmtTime, json, act, toast, field, select, formValues, moreButton, errorText, iso } from "../ui.js";
 
 const classes = ["", "app_error", "retryable", "permanent", "timeout", "worker_lost", "expired", "cancelled"];
 
@@ -35,8 +35,6 @@ export async function render(main, r) {
   try { await load(""); } catch (e) { fill(list, h("p", { class: "error" }, errorText(e))); }
   if (r.id) showEntry(detail, r.id);
 }
-
-function iso(local) { return local ? new Date(local).toISOString() : undefined; }
 
 function entryState(e) {
   if (e.redrive) return h("a", { href: "#/jobs/" + encodeURIComponent(e.redrive.job_id) }, badge("redriven"));
