@@ -24,6 +24,7 @@ import (
 
 	"github.com/ferryhq/ferry/platform/auth"
 	"github.com/ferryhq/ferry/platform/config"
+	"github.com/ferryhq/ferry/platform/httpx"
 )
 
 //go:embed static
@@ -121,8 +122,9 @@ func (c *Console) handleIndex(w http.ResponseWriter, r *http.Request) {
 func (c *Console) handleAsset(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Cache-Control", "no-cache")
 	name := chi.URLParam(r, "*")
-	if name == "" || name == "index.html" {
-		http.NotFound(w, r)
+	// Files only: no directory listings, and the page only at /console.
+	if st, err := fs.Stat(assets, name); err != nil || st.IsDir() || name == "index.html" {
+		httpx.WriteError(w, r, httpx.ErrNotFound)
 		return
 	}
 	http.ServeFileFS(w, r, assets, name)
