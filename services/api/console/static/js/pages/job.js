@@ -8,6 +8,7 @@ import { statusAfter } from "./jobs.js";
 
 const terminal = new Set(["succeeded", "dead", "cancelled"]);
 const pollMs = 2000;
+const fallbackMs = 5000;
 
 /** firstLoad reads the job, waiting a few seconds for one just submitted or re-driven (the status projection shows it moments after it is accepted). */
 async function firstLoad(id) {
@@ -40,10 +41,11 @@ export async function render(main, r) {
   const paint = () => paintJob(view, job, failures);
   paint();
   const refresh = async () => { job = await api("GET", "/v1/jobs/" + encodeURIComponent(id)); paint(); };
-  if (!liveAvailable()) {
-    const timer = setInterval(() => { if (!terminal.has(job.status)) refresh().catch(() => {}); }, pollMs);
-    return () => clearInterval(timer);
-  }
+  // Re-read the job now and then as well: the only updates of an admin
+  // session (EventSource cannot send Ferry-Tenant), and a safety net when a
+  // proxy holds the stream back.
+  const timer = setInterval(() => { if (!terminal.has(job.status)) refresh().catch(() => {}); }, liveAvailable() ? fallbackMs : pollMs);
+  if (!liveAvailable()) return () => clearInterval(timer);
   const es = new EventSource("/v1/jobs/" + encodeURIComponent(id) + "/events");
   const onEvent = (ev) => {
     const e = JSON.parse(ev.data);
@@ -56,7 +58,7 @@ export async function render(main, r) {
   };
   for (const t of [...Object.keys(statusAfter), "failed"]) es.addEventListener(t, onEvent);
   es.addEventListener("reset", () => refresh().catch(() => {}));
-  return () => es.close();
+  return () => { es.close(); clearInterval(timer); };
 }
 
 function paintJob(v, job, failures) {
