@@ -2,7 +2,8 @@
 # Installs what `make dev` and `make test` need besides Go: PostgreSQL server
 # binaries, redis-server, kcat, a C compiler (`go test -race` needs cgo), and
 # python3 and node (the signature verification examples of docs/http-jobs.md),
-# npm (the TypeScript client's tests). Idempotent: it does nothing when they are
+# npm (the TypeScript client's tests) and chromium (the console's browser tests
+# drive it headless). Idempotent: it does nothing when they are
 # present. As root on Debian/Ubuntu it installs what is missing with apt-get;
 # otherwise it names what is missing and fails.
 #
@@ -34,6 +35,8 @@ command -v python3 >/dev/null 2>&1 || missing+=(python3)
 command -v node >/dev/null 2>&1 || missing+=(nodejs)
 # The TypeScript client's tests install its locked packages with npm ci.
 command -v npm >/dev/null 2>&1 || missing+=(npm)
+# The console's browser tests (cmd/ferry/console_test.go) drive headless Chromium.
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 
 if ((${#missing[@]} == 0)); then
 	exit 0
@@ -83,4 +86,5 @@ have_postgres || fail "postgresql installed but initdb/postgres not found"
 command -v redis-server >/dev/null 2>&1 || fail "redis-server not found after install"
 command -v kcat >/dev/null 2>&1 || fail "kcat not found after install"
 command -v gcc >/dev/null 2>&1 || fail "gcc not found after install"
+command -v chromium >/dev/null 2>&1 || fail "chromium not found after install"
 echo "install-deps: done" >&2

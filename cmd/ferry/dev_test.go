@@ -158,6 +158,13 @@ func TestDev(t *testing.T) {
 		t.Fatalf("readyz %d after the ready file was written", resp.StatusCode)
 	}
 
+	// The console the banner points at serves its page.
+	page, err := http.Get(dev.api + "/console")
+	if err != nil || page.StatusCode != http.StatusOK || !strings.HasPrefix(page.Header.Get("Content-Type"), "text/html") {
+		t.Fatalf("console at %s/console: %v %v", dev.api, page, err)
+	}
+	page.Body.Close()
+
 	code, job := dev.do(t, "POST", "/v1/jobs", `{"type":"noop","payload":{"hello":"kcat"}}`)
 	if code != http.StatusAccepted {
 		t.Fatalf("submit: %d %v", code, job)

@@ -23,6 +23,7 @@ replace github.com/ferryhq/ferry/services/audit => ../../services/audit
 replace github.com/ferryhq/ferry/services/webhooks => ../../services/webhooks
 
 require (
+	github.com/chromedp/chromedp v0.23.0
 	github.com/ferryhq/ferry/client v0.0.0
 	github.com/ferryhq/ferry/events/schema v0.0.0
 	github.com/ferryhq/ferry/platform v0.0.0
@@ -48,7 +49,9 @@ require (
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cenkalti/backoff/v5 v5.0.3 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/chromedp/cdproto v0.159.0 // indirect
 	github.com/felixge/httpsnoop v1.1.0 // indirect
+	github.com/go-json-experiment/json v0.0.0-20260213210345-44df1a37e875 // indirect
 	github.com/go-logr/logr v1.4.4 // indirect
 	github.com/go-logr/stdr v1.2.2 // indirect
 	github.com/google/uuid v1.6.0 // indirect

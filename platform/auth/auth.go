@@ -34,9 +34,12 @@ var migrations embed.FS
 // Migrations are the auth schema migrations; `ferry migrate` applies them.
 var Migrations = pgstore.Register("auth", migrations, "migrations")
 
-// Migrate creates the tenants and api_keys tables.
+// Migrate creates the tenants, api_keys and console_sessions tables.
 func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
-	return Migrations.Apply(ctx, pool)
+	if err := Migrations.Apply(ctx, pool); err != nil {
+		return err
+	}
+	return SessionMigrations.Apply(ctx, pool)
 }
 
 // Principal is who is calling.
@@ -97,6 +100,10 @@ type cachedKey struct {
 	p       Principal
 	found   bool
 	expires time.Time
+	// Of console sessions: when the session ends, and the hash of the
+	// admin key an admin session was opened with.
+	sessionEnds  time.Time
+	adminKeyHash []byte
 }
 
 // NewKeyStore returns a store over pool. ttl defaults to 2s.
@@ -116,10 +123,7 @@ func (s *KeyStore) Resolve(ctx context.Context, plain string) (Principal, error)
 	hash := HashKey(plain)
 	k := string(hash)
 	now := s.now()
-	s.mu.Lock()
-	c, ok := s.cache[k]
-	s.mu.Unlock()
-	if ok && now.Before(c.expires) {
+	if c, ok := s.cached(k, now); ok {
 		if !c.found {
 			return Principal{}, ErrUnknownKey
 		}
@@ -133,50 +137,79 @@ func (s *KeyStore) Resolve(ctx context.Context, plain string) (Principal, error)
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return Principal{}, fmt.Errorf("auth: lookup key: %w", err)
 	}
-	s.mu.Lock()
-	if len(s.cache) > 100_000 {
-		s.cache = map[string]cachedKey{} // bound memory against key-guessing floods
-	}
-	s.cache[k] = cachedKey{p: p, found: found, expires: now.Add(s.ttl)}
-	s.mu.Unlock()
+	s.remember(k, cachedKey{p: p, found: found, expires: now.Add(s.ttl)})
 	if !found {
 		return Principal{}, ErrUnknownKey
 	}
 	return p, nil
 }
 
+// cached returns the cache entry of k if it is still fresh at now.
+func (s *KeyStore) cached(k string, now time.Time) (cachedKey, bool) {
+	s.mu.Lock()
+	c, ok := s.cache[k]
+	s.mu.Unlock()
+	return c, ok && now.Before(c.expires)
+}
+
+// remember caches c under k, bounding the cache against key-guessing
+// floods.
+func (s *KeyStore) remember(k string, c cachedKey) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.cache) > 100_000 {
+		s.cache = map[string]cachedKey{}
+	}
+	s.cache[k] = c
+}
+
 // TenantHeader lets the admin key act for one tenant.
 const TenantHeader = "Ferry-Tenant"
 
-// Middleware authenticates every request. The admin key is compared in
-// constant time; an empty admin key disables admin access.
+// Middleware authenticates every request: by `Authorization: Bearer` (an
+// API key or the admin key) or, without that header, by the console's
+// session cookie (see sessions.go). The admin key is compared in constant
+// time; an empty admin key disables admin access.
 func Middleware(keys *KeyStore, adminKey string) func(http.Handler) http.Handler {
-	admin := []byte(adminKey)
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			plain, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-			plain = strings.TrimSpace(plain)
-			if !ok || plain == "" {
-				httpx.WriteError(w, r, httpx.ErrUnauthorized)
+			p, err := authenticate(r, keys, adminKey)
+			if err != nil {
+				httpx.WriteError(w, r, err)
 				return
-			}
-			var p Principal
-			if len(admin) > 0 && subtle.ConstantTimeCompare([]byte(plain), admin) == 1 {
-				p = Principal{Admin: true, KeyID: "admin", TenantID: r.Header.Get(TenantHeader)}
-			} else {
-				var err error
-				if p, err = keys.Resolve(r.Context(), plain); err != nil {
-					if !errors.Is(err, ErrUnknownKey) {
-						httpx.WriteError(w, r, err)
-						return
-					}
-					httpx.WriteError(w, r, httpx.ErrUnauthorized)
-					return
-				}
 			}
 			next.ServeHTTP(w, r.WithContext(WithPrincipal(r.Context(), p)))
 		})
 	}
+}
+
+// authenticate returns the caller of r, or the error to answer.
+func authenticate(r *http.Request, keys *KeyStore, adminKey string) (Principal, error) {
+	if r.Header.Get("Authorization") == "" {
+		if c, err := r.Cookie(SessionCookie); err == nil && c.Value != "" {
+			return sessionPrincipal(r, keys, adminKey, c)
+		}
+	}
+	plain, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	plain = strings.TrimSpace(plain)
+	if !ok || plain == "" {
+		return Principal{}, httpx.ErrUnauthorized
+	}
+	return ResolveKey(r.Context(), keys, adminKey, plain, r.Header.Get(TenantHeader))
+}
+
+// ResolveKey returns the principal of a plain API key or of the admin key
+// (acting for tenant, which may be empty). Unknown keys are
+// httpx.ErrUnauthorized.
+func ResolveKey(ctx context.Context, keys *KeyStore, adminKey, plain, tenant string) (Principal, error) {
+	if adminKey != "" && subtle.ConstantTimeCompare([]byte(plain), []byte(adminKey)) == 1 {
+		return Principal{Admin: true, KeyID: "admin", TenantID: tenant}, nil
+	}
+	p, err := keys.Resolve(ctx, plain)
+	if errors.Is(err, ErrUnknownKey) {
+		return Principal{}, httpx.ErrUnauthorized
+	}
+	return p, err
 }
 
 // RequireTenant rejects callers that do not act for a tenant (an admin

@@ -6,23 +6,33 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/ferryhq/ferry/platform/auth"
 	"github.com/ferryhq/ferry/platform/pgstore"
 	"github.com/ferryhq/ferry/platform/testenv"
 )
 
+// openAuthDB opens a fresh database with the auth schema, closed at the
+// end of the test.
+func openAuthDB(t *testing.T) *pgxpool.Pool {
+	t.Helper()
+	pool, err := pgstore.Open(context.Background(), testenv.Postgres(t), 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	if err := auth.Migrate(context.Background(), pool); err != nil {
+		t.Fatal(err)
+	}
+	return pool
+}
+
 // TestTenantsAndKeys: a created tenant's key resolves to it with its key
 // id; revocation and disabling are seen once the cache entry expires.
 func TestTenantsAndKeys(t *testing.T) {
 	ctx := context.Background()
-	pool, err := pgstore.Open(ctx, testenv.Postgres(t), 4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	if err := auth.Migrate(ctx, pool); err != nil {
-		t.Fatal(err)
-	}
+	pool := openAuthDB(t)
 	tn, key, plain, err := auth.CreateTenant(ctx, pool, auth.Tenant{ID: "acme", Name: "Acme",
 		Settings: auth.Settings{RateLimit: &auth.RateLimit{PerSecond: 5, Burst: 10}, MaxQueued: 7}})
 	if err != nil {

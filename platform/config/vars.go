@@ -83,6 +83,9 @@ var Vars = []Var{
 	{"FERRY_JOB_RETENTION", "720h", "How long a finished job (succeeded, dead, cancelled) stays in the status projection (GET /v1/jobs/{id}, the durable idempotency backstop); older ones are deleted in batches. At least 1h."},
 	{"FERRY_HTTP_SIGNING_SECRET_GRACE", "24h", "After POST /v1/http-signing/secret/rotate, how long the tenant's old secret keeps signing its http jobs' requests alongside the new one."},
 
+	// console (served by the api at /console).
+	{"FERRY_CONSOLE_SESSION_TTL", "12h", "How long a web console sign-in lasts before the key must be entered again. At least 1m."},
+
 	// scheduler.
 	{"FERRY_SCHEDULER_LEASE", "30s", "Lease a dispatched job holds; started and progress events extend it."},
 	{"FERRY_SCHEDULER_PREFETCH", "16", "Dispatches allowed beyond the pool's free slots, so workers never idle between jobs."},

@@ -62,6 +62,7 @@ import (
 	"github.com/ferryhq/ferry/platform/secretbox"
 	"github.com/ferryhq/ferry/platform/service"
 	"github.com/ferryhq/ferry/platform/signing"
+	"github.com/ferryhq/ferry/services/api/console"
 	"github.com/ferryhq/ferry/services/api/internal/groupcommit"
 	"github.com/ferryhq/ferry/services/api/internal/idem"
 	"github.com/ferryhq/ferry/services/api/internal/limits"
@@ -148,6 +149,9 @@ type Config struct {
 	Now func() time.Time
 
 	loadErr error
+
+	// Console are the settings of the web console the api serves.
+	Console console.Config
 }
 
 // WithDefaults returns c with zero fields set to their defaults.
@@ -175,7 +179,7 @@ func (c Config) WithDefaults() Config {
 
 // Validate reports settings that cannot work.
 func (c Config) Validate() error {
-	errs := []error{c.loadErr}
+	errs := []error{c.loadErr, c.Console.WithDefaults().Validate()}
 	if len(c.SecretKey) != 0 && len(c.SecretKey) != secretbox.KeySize {
 		errs = append(errs, fmt.Errorf("FERRY_SECRET_KEY must be %d bytes", secretbox.KeySize))
 	}
@@ -234,6 +238,7 @@ func LoadConfig(l *config.Loader) Config {
 		JobRetention:        l.Duration("FERRY_JOB_RETENTION"),
 		SecretKeyFile:       filepath.Join(l.String("FERRY_DATA_DIR"), "secret-key"),
 		SigningSecretGrace:  l.Duration("FERRY_HTTP_SIGNING_SECRET_GRACE"),
+		Console:             console.LoadConfig(l),
 	}
 	if l.IsSet("FERRY_SECRET_KEY") {
 		c.SecretKey, c.loadErr = secretbox.ParseKey(l.String("FERRY_SECRET_KEY"))
@@ -335,6 +340,7 @@ func (s *Service) Routes(r chi.Router) {
 		r.Get("/v1/jobs", s.handleList)
 		r.Get("/v1/jobs/{id}", s.handleGet)
 		r.Post("/v1/jobs/{id}/cancel", s.handleCancel)
+		r.Get("/v1/stats/throughput", s.handleThroughput) // stats.go
 		r.Get("/v1/http-signing/secret", s.handleGetSigningSecret)
 		r.Post("/v1/http-signing/secret/rotate", s.handleRotateSigningSecret)
 	})
@@ -349,6 +355,7 @@ func (s *Service) Routes(r chi.Router) {
 		r.Delete("/v1/admin/keys/{key_id}", s.handleRevokeKey)
 		s.quarantineRoutes(r) // quarantine.go
 	})
+	console.New(s.cfg.Console, s.deps.Keys, s.deps.Common.AdminKey, s.deps.Authenticate()).Routes(r)
 }
 
 // Run runs the status projection, and the retention of finished jobs,

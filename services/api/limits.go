@@ -149,6 +149,9 @@ func (s *Service) retentionLoop(ctx context.Context) {
 // retain runs one retention pass in bounded batches, each its own short
 // statement, so the projection and readers never wait long on it.
 func (s *Service) retain(ctx context.Context) error {
+	if err := s.store.DeleteThroughputBefore(ctx, s.cfg.Now().Add(-throughputRetention)); err != nil {
+		return err
+	}
 	cutoff := s.cfg.Now().Add(-s.cfg.JobRetention)
 	var total int64
 	for ctx.Err() == nil {

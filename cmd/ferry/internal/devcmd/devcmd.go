@@ -304,6 +304,7 @@ func persistentSecret(l *config.Loader, name, file, prefix string) (string, erro
 func printBanner(out io.Writer, r devstack.Ready, o options) {
 	fmt.Fprintf(out, `Ferry dev is running (Ctrl-C to stop)
 
+  Console        %[1]s/console   (sign in with the dev API key or the admin key)
   API            %[1]s/v1/jobs
   OpenAPI        %[1]s/v1/openapi.json
   Health         %[1]s/healthz  %[1]s/readyz  %[1]s/metrics

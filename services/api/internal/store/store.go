@@ -36,12 +36,15 @@ var uniqueMigrations embed.FS
 // component of their own, registered after Migrations.
 var UniqueMigrations = pgstore.Register("api-unique", uniqueMigrations, "migrations_unique")
 
-// Migrate creates or upgrades the jobs table.
+// Migrate creates or upgrades the jobs table and tenant_throughput.
 func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
 	if err := Migrations.Apply(ctx, pool); err != nil {
 		return err
 	}
-	return UniqueMigrations.Apply(ctx, pool)
+	if err := UniqueMigrations.Apply(ctx, pool); err != nil {
+		return err
+	}
+	return ThroughputMigrations.Apply(ctx, pool)
 }
 
 // ErrConcurrentWrite is returned when another transaction inserted a job of
@@ -168,6 +171,7 @@ func (s *Store) Apply(ctx context.Context, tx pgx.Tx, recs []*kgo.Record) error 
 	var writes []Job
 	deltas := map[string]*countDelta{}
 	qdeltas := map[queueKey]*countDelta{}
+	outcomes := map[minuteKey]*Outcomes{}
 	for _, k := range order {
 		j, found := existing[k]
 		before, queueBefore := "", ""
@@ -196,6 +200,9 @@ func (s *Store) Apply(ctx context.Context, tx pgx.Tx, recs []*kgo.Record) error 
 		d.add(string(j.Status()), +1)
 		addQueueDelta(qdeltas, queueKey{j.TenantID, queueBefore}, before, -1)
 		addQueueDelta(qdeltas, queueKey{j.TenantID, j.Queue}, string(j.Status()), +1)
+		if !terminal(schema.Status(before)) && terminal(j.Status()) {
+			addOutcome(outcomes, j.TenantID, j.Status(), j.FinishedAt, time.Now())
+		}
 	}
 	if len(writes) == 0 {
 		return nil
@@ -213,7 +220,10 @@ func (s *Store) Apply(ctx context.Context, tx pgx.Tx, recs []*kgo.Record) error 
 	if err := applyCounts(ctx, tx, deltas); err != nil {
 		return err
 	}
-	return applyQueueCounts(ctx, tx, qdeltas)
+	if err := applyQueueCounts(ctx, tx, qdeltas); err != nil {
+		return err
+	}
+	return applyThroughput(ctx, tx, outcomes)
 }
 
 // countDelta is the change of one tenant's tenant_job_counts row.
