@@ -83,6 +83,11 @@ var Vars = []Var{
 	{"FERRY_JOB_RETENTION", "720h", "How long a finished job (succeeded, dead, cancelled) stays in the status projection (GET /v1/jobs/{id}, the durable idempotency backstop); older ones are deleted in batches. At least 1h."},
 	{"FERRY_HTTP_SIGNING_SECRET_GRACE", "24h", "After POST /v1/http-signing/secret/rotate, how long the tenant's old secret keeps signing its http jobs' requests alongside the new one."},
 
+	// api: cron schedules.
+	{"FERRY_SCHEDULES_FIRING", "true", "Whether this api replica runs the schedules firing loop (false: it serves the schedule routes but fires nothing)."},
+	{"FERRY_SCHEDULES_MISFIRE_GRACE", "5s", "How late a schedule's latest fire time may be and still count as on time under catch-up skip."},
+	{"FERRY_SCHEDULES_MAX_PER_TENANT", "100", "Schedules a tenant may have; past it POST /v1/schedules gets 422 too_many_schedules."},
+
 	// scheduler.
 	{"FERRY_SCHEDULER_LEASE", "30s", "Lease a dispatched job holds; started and progress events extend it."},
 	{"FERRY_SCHEDULER_PREFETCH", "16", "Dispatches allowed beyond the pool's free slots, so workers never idle between jobs."},

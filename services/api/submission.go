@@ -90,7 +90,7 @@ func (b *submission) validate() error {
 			}
 			return err
 		}
-		b.per[i].accepted = a
+		b.per[i].accepted = it.fire.apply(a)
 	}
 	return nil
 }
@@ -102,7 +102,7 @@ func (b *submission) claimKeys(ctx context.Context) error {
 	var idx []int
 	for i, it := range b.items {
 		if it.key != "" && b.out[i].err == nil {
-			claims = append(claims, idem.Claim{Key: it.key, Hash: b.per[i].accepted.Hash, JobID: "job_" + schema.NewEventID()})
+			claims = append(claims, idem.Claim{Key: it.key, Hash: b.per[i].accepted.Hash, JobID: it.newJobID()})
 			idx = append(idx, i)
 		}
 	}
@@ -207,9 +207,10 @@ func (b *submission) buildRecords(ctx context.Context) error {
 		}
 		pe := &b.per[i]
 		ev := schema.Enqueued{
-			JobRef:    schema.JobRef{JobID: "job_" + schema.NewEventID(), TenantID: b.tenant, Attempt: 1},
+			JobRef:    schema.JobRef{JobID: b.items[i].newJobID(), TenantID: b.tenant, Attempt: 1},
 			Job:       pe.accepted.Spec,
 			CreatedAt: b.now, RunAt: pe.accepted.RunAt, Reason: schema.ReasonSubmitted, Actor: b.keyID,
+			ScheduleID: b.items[i].fire.scheduleID(),
 		}
 		if c := pe.claim; c != nil {
 			// The claim's id: a retry after a lost request reuses it.
@@ -227,6 +228,7 @@ func (b *submission) buildRecords(ctx context.Context) error {
 		pe.rec = rec
 		b.produced = append(b.produced, i)
 		job := jobFromSubmission(ev.JobID, b.tenant, pe.accepted.Spec, b.now, pe.accepted.RunAt, traceID)
+		job.ScheduleID = ev.ScheduleID
 		f := false
 		job.Deduplicated = &f
 		b.out[i] = outcome{job: job, created: true}

@@ -42,6 +42,11 @@ type Row struct {
 	RedrivenFrom   string
 	IdempotencyKey string
 	RequestHash    string
+
+	// ScheduleID is the schedule that created the job ("" if none), from
+	// the enqueued event that carries it (the first attempt's).
+	ScheduleID string
+
 	// CreatedAt is the submission time; until the enqueued event is seen,
 	// the earliest event time of the job.
 	CreatedAt time.Time
@@ -151,6 +156,9 @@ func Apply(r *Row, ev schema.Event) bool {
 
 func applyEnqueued(r *Row, e schema.Enqueued, m schema.Meta) {
 	applySpec(r, e.Attempt, e.Job, e.CreatedAt, TraceID(m.TraceParent), e.IdempotencyKey, e.RequestHash, e.RedrivenFrom)
+	if e.ScheduleID != "" {
+		r.ScheduleID = e.ScheduleID
+	}
 	if e.Attempt >= r.EnqAttempt {
 		at := ts(e.RunAt)
 		r.EnqAttempt, r.ScheduledFor = e.Attempt, &at
