@@ -97,12 +97,16 @@ func fireJobID(key string, at time.Time) string {
 // fireLoop fires due schedules until ctx is done.
 func (s *Service) fireLoop(ctx context.Context) {
 	wake := make(chan struct{}, 1)
-	go s.schedules.Listen(ctx, func() {
-		select {
-		case wake <- struct{}{}:
-		default:
-		}
-	}, s.log)
+	var listener sync.WaitGroup
+	defer listener.Wait()
+	listener.Go(func() {
+		s.schedules.Listen(ctx, func() {
+			select {
+			case wake <- struct{}{}:
+			default:
+			}
+		}, s.log)
+	})
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for {

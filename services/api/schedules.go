@@ -225,6 +225,11 @@ func (e *scheduleEdit) checkTemplate(raw json.RawMessage, sc *schedules.Schedule
 			e.bad["job."+f] = "not allowed in a schedule's job: " + why
 		}
 	}
+	if len(e.bad) > 0 {
+		ve := httpx.Errorf(http.StatusUnprocessableEntity, "invalid_schedule", "the schedule's job has fields a schedule sets itself")
+		ve.Fields = e.bad
+		return ve
+	}
 	lim := submit.Limits{MaxPayloadBytes: e.s.maxPayload(e.settings), MaxAttemptsByType: e.s.cfg.MaxAttemptsByType, MaxDelay: e.s.cfg.MaxDelay}
 	if _, err := submit.Validate(req, e.now, lim); err != nil {
 		var inv *submit.Invalid
@@ -233,11 +238,6 @@ func (e *scheduleEdit) checkTemplate(raw json.RawMessage, sc *schedules.Schedule
 		}
 		ve := validationError(inv)
 		ve.Fields = prefixFields(ve.Fields)
-		return ve
-	}
-	if len(e.bad) > 0 {
-		ve := httpx.Errorf(http.StatusUnprocessableEntity, "invalid_schedule", "the schedule's job has fields a schedule sets itself")
-		ve.Fields = e.bad
 		return ve
 	}
 	var compact bytes.Buffer
