@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -189,8 +190,8 @@ func (st *Store) Change(ctx context.Context, tenant, id string, fn func(*Schedul
 
 // Claim locks up to limit schedules due at now that no other transaction
 // holds (FOR UPDATE SKIP LOCKED: replicas share the due rows, never the
-// same row), lets fire handle each and stores what it changed, all in one
-// transaction. A crash before the commit leaves the rows due; their next
+// same row), lets fire handle each (concurrently: fire must be safe for
+// that) and stores what it changed, all in one transaction. A crash before the commit leaves the rows due; their next
 // claim fires the same fire times again, which the caller makes idempotent.
 // It returns how many schedules it claimed.
 func (st *Store) Claim(ctx context.Context, now time.Time, limit int, fire func(context.Context, *Schedule)) (int, error) {
@@ -206,8 +207,14 @@ func (st *Store) Claim(ctx context.Context, now time.Time, limit int, fire func(
 			return err
 		}
 		n = len(due)
+		// The schedules fire concurrently (each is a produce round trip),
+		// then the transaction stores them all.
+		var wg sync.WaitGroup
 		for i := range due {
-			fire(ctx, &due[i])
+			wg.Go(func() { fire(ctx, &due[i]) })
+		}
+		wg.Wait()
+		for i := range due {
 			if _, err := save(ctx, tx, due[i]); err != nil {
 				return err
 			}

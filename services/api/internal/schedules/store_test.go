@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -94,15 +95,17 @@ func TestStoreClaimSkipsLocked(t *testing.T) {
 		t.Fatal(err)
 	}
 	holding, release := make(chan struct{}), make(chan struct{})
+	var mu sync.Mutex
 	var first []string
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		_, err := st.Claim(ctx, now, 3, func(_ context.Context, s *Schedule) {
-			first = append(first, s.Name)
-			if len(first) == 3 {
+			mu.Lock()
+			if first = append(first, s.Name); len(first) == 3 {
 				close(holding)
-				<-release
 			}
+			mu.Unlock()
+			<-release
 			s.DueAt = &later
 		})
 		if err != nil {
@@ -111,12 +114,19 @@ func TestStoreClaimSkipsLocked(t *testing.T) {
 	})
 	<-holding
 	var second []string
-	n, err := st.Claim(ctx, now, 10, func(_ context.Context, s *Schedule) { second = append(second, s.Name); s.DueAt = &later })
+	n, err := st.Claim(ctx, now, 10, func(_ context.Context, s *Schedule) {
+		mu.Lock()
+		second = append(second, s.Name)
+		mu.Unlock()
+		s.DueAt = &later
+	})
 	close(release)
 	wg.Wait()
 	if err != nil || n != 3 {
 		t.Fatalf("second claim: %d %v", n, err)
 	}
+	slices.Sort(first)
+	slices.Sort(second)
 	if fmt.Sprint(first) != "[s0 s1 s2]" || fmt.Sprint(second) != "[s3 s4 s5]" {
 		t.Fatalf("first claimed %v, second %v", first, second)
 	}
