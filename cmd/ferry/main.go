@@ -20,6 +20,7 @@ const usage = `Usage: ferry <command> [arguments]
 Commands:
   dev     run the whole stack in one process (embedded Kafka, local Postgres and Redis)
   jobs    submit, get, list and cancel jobs: ferry jobs help
+  schedules  create, list, change, pause, resume and trigger cron schedules: ferry schedules help
   migrate apply or list every component's Postgres migrations, grant the runtime role: ferry migrate help
   doctor  check a deployment's connections, credentials, topics, migrations and clock
 `
@@ -45,6 +46,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 0
 	case "jobs":
 		return cli.Jobs(ctx, args[1:], os.Getenv, stdout, stderr)
+	case "schedules":
+		return cli.Schedules(ctx, args[1:], os.Getenv, stdout, stderr)
 	case "migrate":
 		return opscmd.Migrate(ctx, args[1:], os.LookupEnv, stdout, stderr)
 	case "doctor":

@@ -1,14 +1,18 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"slices"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/ferryhq/ferry/cmd/ferry/internal/cli"
 	"github.com/ferryhq/ferry/events/schema"
 	"github.com/ferryhq/ferry/services/api"
 )
@@ -51,7 +55,7 @@ func (e *e2e) createSchedule(body map[string]any) string {
 
 // fire is one enqueued event a schedule made.
 type fire struct {
-	job          string
+	job         string
 	at, created time.Time
 }
 
@@ -214,7 +218,9 @@ func TestSchedulesOverlapSkip(t *testing.T) {
 			jobs = append(jobs, e.waitStatus(j["id"].(string), "succeeded", 30*time.Second))
 		}
 	}
-	sort.Slice(jobs, func(i, j int) bool { return parseTime(t, jobs[i]["created_at"]).Before(parseTime(t, jobs[j]["created_at"])) })
+	sort.Slice(jobs, func(i, j int) bool {
+		return parseTime(t, jobs[i]["created_at"]).Before(parseTime(t, jobs[j]["created_at"]))
+	})
 	if len(jobs) < 3 {
 		t.Fatalf("%d jobs", len(jobs))
 	}
@@ -223,5 +229,55 @@ func TestSchedulesOverlapSkip(t *testing.T) {
 		if created.Before(prevDone) {
 			t.Errorf("job %v created at %s while %v ran (finished %s)", jobs[i]["id"], created, jobs[i-1]["id"], prevDone)
 		}
+	}
+}
+
+// TestSchedulesCLI drives `ferry schedules` against the real stack.
+func TestSchedulesCLI(t *testing.T) {
+	e := startStack(t, map[string]string{"FERRY_SCHEDULES_FIRING": "false"})
+	env := map[string]string{"FERRY_URL": e.base, "FERRY_API_KEY": e.key}
+	run := func(want int, args ...string) string {
+		t.Helper()
+		var out, errOut bytes.Buffer
+		if code := cli.Schedules(context.Background(), args, func(k string) string { return env[k] }, &out, &errOut); code != want {
+			t.Fatalf("ferry schedules %v: exit %d, want %d\n%s%s", args, code, want, out.String(), errOut.String())
+		}
+		return out.String() + errOut.String()
+	}
+	var created map[string]any
+	if err := json.Unmarshal([]byte(run(0, "create", "--name", "hourly", "--cron", "0 * * * *", "--timezone", "Europe/Berlin",
+		"--type", "noop", "--payload", `{"n":1}`, "--json")), &created); err != nil {
+		t.Fatal(err)
+	}
+	id := created["id"].(string)
+	if created["timezone"] != "Europe/Berlin" || len(created["next_fire_times"].([]any)) != 5 {
+		t.Fatalf("created %v", created)
+	}
+	for _, want := range []string{id, "hourly", "0 * * * *"} {
+		if out := run(0, "list"); !strings.Contains(out, want) {
+			t.Fatalf("list lacks %q:\n%s", want, out)
+		}
+	}
+	if out := run(0, "update", id, "--overlap", "skip", "--catchup", "all", "--catchup-limit", "3"); !strings.Contains(out, "skip") || !strings.Contains(out, "all (limit 3)") {
+		t.Fatalf("update:\n%s", out)
+	}
+	if out := run(0, "pause", id); !strings.Contains(out, "paused:     true") {
+		t.Fatalf("pause:\n%s", out)
+	}
+	run(0, "resume", id)
+	var job map[string]any
+	if err := json.Unmarshal([]byte(run(0, "trigger", id, "--json")), &job); err != nil || job["schedule_id"] != id {
+		t.Fatalf("trigger: %v %v", job, err)
+	}
+	if out := run(0, "get", id); !strings.Contains(out, job["id"].(string)) || !strings.Contains(out, "fired:") {
+		t.Fatalf("get after trigger:\n%s", out)
+	}
+	if out := run(1, "create", "--name", "bad", "--cron", "* * *", "--type", "noop"); !strings.Contains(out, "invalid_schedule") || !strings.Contains(out, "cron:") {
+		t.Fatalf("bad cron:\n%s", out)
+	}
+	run(2, "create", "--name", "x", "--cron", "@hourly", "--job", `{"type":"noop"}`, "--type", "noop")
+	run(0, "delete", id)
+	if out := run(1, "get", id); !strings.Contains(out, "not_found") {
+		t.Fatalf("get deleted:\n%s", out)
 	}
 }
