@@ -362,22 +362,34 @@ func (s *Service) handleGetSchedule(w http.ResponseWriter, r *http.Request) {
 
 func (s *Service) handleListSchedules(w http.ResponseWriter, r *http.Request) {
 	p, _ := auth.FromContext(r.Context())
-	limit, after, err := pageParams(r, defaultListLimit, maxListLimit)
+	writeIDPage(w, r, "schedules", defaultListLimit, maxListLimit,
+		func(after string, limit int) ([]schedules.Schedule, error) {
+			return s.schedules.List(r.Context(), p.TenantID, after, limit)
+		},
+		func(sc schedules.Schedule) string { return sc.ID }, scheduleResource)
+}
+
+// writeIDPage answers one page of a list ordered by id: read returns up to
+// limit items after the cursor's id (limit is one more than the page, to
+// know whether another follows); resource renders each item.
+func writeIDPage[T, R any](w http.ResponseWriter, r *http.Request, key string, def, max int,
+	read func(after string, limit int) ([]T, error), id func(T) string, resource func(T) R) {
+	limit, after, err := pageParams(r, def, max)
 	if err != nil {
 		httpx.WriteError(w, r, err)
 		return
 	}
-	rows, err := s.schedules.List(r.Context(), p.TenantID, after.ID, limit+1)
+	rows, err := read(after.ID, limit+1)
 	if err != nil {
 		httpx.WriteError(w, r, err)
 		return
 	}
-	rows, next := httpx.TrimPage(rows, limit, func(sc schedules.Schedule) string { return httpx.Keyset{ID: sc.ID}.String() })
-	out := make([]Schedule, 0, len(rows))
-	for _, sc := range rows {
-		out = append(out, scheduleResource(sc))
+	rows, next := httpx.TrimPage(rows, limit, func(v T) string { return httpx.Keyset{ID: id(v)}.String() })
+	out := make([]R, 0, len(rows))
+	for _, v := range rows {
+		out = append(out, resource(v))
 	}
-	httpx.WriteList(w, "schedules", out, next)
+	httpx.WriteList(w, key, out, next)
 }
 
 func (s *Service) handleUpdateSchedule(w http.ResponseWriter, r *http.Request) {
