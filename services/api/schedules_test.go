@@ -206,3 +206,54 @@ func TestSchedulesFireJobs(t *testing.T) {
 		}
 	}
 }
+
+// TestSchedulesOverlapQueueOne: while the previous run is queued (no
+// worker runs here) one fire waits and the others are skipped; once the
+// run ends (cancelled), the waiting fire makes the next job, with its own
+// fire time.
+func TestSchedulesOverlapQueueOne(t *testing.T) {
+	b := setup(t, api.Config{ScheduleFiring: true})
+	r := b.do(t, b.keyA, "POST", "/v1/schedules", map[string]any{"name": "q1", "cron": "@every 1s", "overlap": "queue_one",
+		"job": map[string]any{"type": "noop"}})
+	if r.Status != http.StatusCreated {
+		t.Fatalf("create: %d %s", r.Status, r.Raw)
+	}
+	id := r.Body["id"].(string)
+	var sc map[string]any
+	get := func() map[string]any { return b.do(t, b.keyA, "GET", "/v1/schedules/"+id, nil).Body }
+	eventually(t, func() error {
+		if sc = get(); sc["fired"] != 1.0 || sc["queued_fire_at"] == nil || sc["skipped"].(float64) < 2 {
+			return fmt.Errorf("schedule %v", sc)
+		}
+		return nil
+	})
+	queued := sc["queued_fire_at"].(string)
+	if c := b.do(t, b.keyA, "POST", "/v1/jobs/"+sc["last_job_id"].(string)+"/cancel", nil); c.Status != http.StatusAccepted {
+		t.Fatalf("cancel: %d %s", c.Status, c.Raw)
+	}
+	eventually(t, func() error {
+		if sc = get(); sc["fired"] != 2.0 {
+			return fmt.Errorf("schedule %v", sc)
+		}
+		return nil
+	})
+	eventually(t, func() error {
+		j := b.do(t, b.keyA, "GET", "/v1/jobs/"+sc["last_job_id"].(string), nil)
+		if j.Status != http.StatusOK {
+			return fmt.Errorf("second job: %d", j.Status)
+		}
+		if at, _ := time.Parse(time.RFC3339Nano, j.Body["scheduled_for"].(string)); !at.Equal(mustTime(t, queued)) {
+			t.Fatalf("second job's fire time %v, want the queued %s", j.Body["scheduled_for"], queued)
+		}
+		return nil
+	})
+}
+
+func mustTime(t *testing.T, s string) time.Time {
+	t.Helper()
+	ts, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ts
+}
