@@ -308,10 +308,11 @@ func (s *Service) activeTenantSettings(ctx context.Context, tenant string) (auth
 const (
 	// MetricScheduleFires counts fire times by outcome: fired (a job was
 	// created) or skipped (by the catch-up or overlap policy, or refused).
-	MetricScheduleFires = "ferry_schedule_fires_total"
+	// Prometheus: ferry_schedule_fires_total.
+	MetricScheduleFires = "ferry.schedule.fires"
 	// MetricScheduleFireDelay is how late on-time fires created their job
-	// after their fire time.
-	MetricScheduleFireDelay = "ferry_schedule_fire_delay_seconds"
+	// after their fire time. Prometheus: ferry_schedule_fire_delay_seconds.
+	MetricScheduleFireDelay = "ferry.schedule.fire_delay"
 )
 
 var fireMetrics = sync.OnceValue(func() struct {
