@@ -107,6 +107,9 @@ func (s *Service) fireLoop(ctx context.Context) {
 			}
 		}, s.log)
 	})
+	// The fire counters exist from the start, so dashboards see zeros.
+	fireMetrics().fires.Add(ctx, 0, firedAttr)
+	fireMetrics().fires.Add(ctx, 0, skippedAttr)
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for {
@@ -121,10 +124,17 @@ func (s *Service) fireLoop(ctx context.Context) {
 	}
 }
 
+// claimTimeout bounds one claim transaction, which a shutdown lets finish:
+// a claim whose jobs were produced commits, rather than leaving its fire
+// times to be fired again after the restart.
+const claimTimeout = 10 * time.Second
+
 // fireDue claims and fires due schedules until none is left unclaimed.
 func (s *Service) fireDue(ctx context.Context) {
 	for ctx.Err() == nil {
-		n, err := s.schedules.Claim(ctx, s.cfg.Now().UTC(), claimBatch, s.fireSchedule)
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), claimTimeout)
+		n, err := s.schedules.Claim(cctx, s.cfg.Now().UTC(), claimBatch, s.fireSchedule)
+		cancel()
 		if err != nil {
 			if ctx.Err() == nil {
 				s.log.ErrorContext(ctx, "schedules: claim failed", "err", err)
