@@ -244,3 +244,21 @@ func (c *Client) decode(ctx context.Context, cl *call, out any) (*response, erro
 func pathEscape(s string) string { return url.PathEscape(s) }
 
 var errEmptyID = errors.New("ferry client: empty id")
+
+// Raw calls a route this package has no typed method for (such as
+// /v1/schedules) and returns the answer's body: path is escaped by the
+// caller, body (nil for none) is sent as JSON. Errors, retries of 429 and
+// 503 and of reads after network errors are those of every call; a write
+// is not resent after a network error, since it may have been applied.
+func (c *Client) Raw(ctx context.Context, method, path string, query url.Values, body any) ([]byte, error) {
+	cl, err := newCall(method, path, body)
+	if err != nil {
+		return nil, err
+	}
+	cl.query = query
+	resp, err := c.do(ctx, cl)
+	if err != nil {
+		return nil, err
+	}
+	return resp.body, nil
+}

@@ -24,6 +24,7 @@ Commands:
   jobs    submit, get, list and cancel jobs: ferry jobs help
   breakers list or reset the circuit breakers of your job types: ferry breakers help
   migrate apply or list every component's Postgres migrations, grant the runtime role, audit partition upkeep: ferry migrate help
+  schedules  create, list, change, pause, resume and trigger cron schedules: ferry schedules help
   doctor  check a deployment's connections, credentials, topics, migrations and clock
 `
 
@@ -53,6 +54,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return cli.Jobs(ctx, args[1:], os.Getenv, stdout, stderr)
 	case "breakers":
 		return cli.Breakers(ctx, args[1:], os.Getenv, stdout, stderr)
+	case "schedules":
+		return cli.Schedules(ctx, args[1:], os.Getenv, stdout, stderr)
 	case "migrate":
 		return opscmd.Migrate(ctx, args[1:], os.LookupEnv, stdout, stderr)
 	case "doctor":

@@ -167,6 +167,9 @@ type Enqueued struct {
 	Unique *Unique `json:"unique,omitempty"`
 	// RedrivenFrom is the dead job this one re-drives.
 	RedrivenFrom string `json:"redriven_from,omitempty"`
+	// ScheduleID is the schedule whose fire created the job (attempt 1
+	// only; retries and re-drives leave it out).
+	ScheduleID string `json:"schedule_id,omitempty"`
 	// History holds the attempts already made, so a later dlq event can
 	// carry the full story without any service keeping it.
 	History []Attempt `json:"history,omitempty"`

@@ -98,6 +98,7 @@ func recordTypes() []recordType {
 			RequestHash:    "sha256:9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
 			Unique:         &Unique{Key: "welcome-email:user-7", While: UniqueQueued, Until: ts("2025-01-03T02:59:59.987654Z")},
 			RedrivenFrom:   "01943b6e-0000-7000-8000-00000000a000",
+			ScheduleID:     "sch_01943b6e00007000800000000000c001",
 			History:        exampleHistory(),
 		}},
 		{EventStarted.CEType(), topics.Lifecycle(EventStarted), "ferry/worker", Started{

@@ -85,6 +85,10 @@ var Vars = []Var{
 
 	// console (served by the api at /console).
 	{"FERRY_CONSOLE_SESSION_TTL", "12h", "How long a web console sign-in lasts before the key must be entered again. At least 1m."},
+	// api: cron schedules.
+	{"FERRY_SCHEDULES_FIRING", "true", "Whether this api replica runs the schedules firing loop (false: it serves the schedule routes but fires nothing)."},
+	{"FERRY_SCHEDULES_MISFIRE_GRACE", "5s", "How late a schedule's latest fire time may be and still count as on time under catch-up skip."},
+	{"FERRY_SCHEDULES_MAX_PER_TENANT", "100", "Schedules a tenant may have; past it POST /v1/schedules gets 422 too_many_schedules."},
 
 	// scheduler.
 	{"FERRY_SCHEDULER_LEASE", "30s", "Lease a dispatched job holds; started and progress events extend it."},

@@ -218,22 +218,11 @@ const (
 )
 
 func (s *Service) handleListTenants(w http.ResponseWriter, r *http.Request) {
-	limit, after, err := pageParams(r, defaultTenantLimit, maxTenantLimit)
-	if err != nil {
-		httpx.WriteError(w, r, err)
-		return
-	}
-	ts, err := auth.ListTenants(r.Context(), s.deps.Postgres, after.ID, limit+1)
-	if err != nil {
-		httpx.WriteError(w, r, err)
-		return
-	}
-	ts, next := httpx.TrimPage(ts, limit, func(t auth.Tenant) string { return httpx.Keyset{ID: t.ID}.String() })
-	out := make([]Tenant, 0, len(ts))
-	for _, t := range ts {
-		out = append(out, tenantResource(t))
-	}
-	httpx.WriteList(w, "tenants", out, next)
+	writeIDPage(w, r, "tenants", defaultTenantLimit, maxTenantLimit,
+		func(after string, limit int) ([]auth.Tenant, error) {
+			return auth.ListTenants(r.Context(), s.deps.Postgres, after, limit)
+		},
+		func(t auth.Tenant) string { return t.ID }, tenantResource)
 }
 
 func (s *Service) handleGetTenant(w http.ResponseWriter, r *http.Request) {

@@ -51,6 +51,8 @@ import (
 	"log/slog"
 	"net/http"
 	"path/filepath"
+	"strconv"
+	"sync"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -66,6 +68,7 @@ import (
 	"github.com/ferryhq/ferry/services/api/internal/groupcommit"
 	"github.com/ferryhq/ferry/services/api/internal/idem"
 	"github.com/ferryhq/ferry/services/api/internal/limits"
+	"github.com/ferryhq/ferry/services/api/internal/schedules"
 	"github.com/ferryhq/ferry/services/api/internal/store"
 	"github.com/ferryhq/ferry/services/api/internal/submit"
 	"github.com/ferryhq/ferry/services/api/internal/unique"
@@ -145,6 +148,18 @@ type Config struct {
 	// SigningSecretGrace is how long a rotated-out http signing secret keeps
 	// signing beside the new one. Defaults to 24h.
 	SigningSecretGrace time.Duration
+	// ScheduleFiring runs the schedules firing loop in this replica
+	// (FERRY_SCHEDULES_FIRING). LoadConfig defaults it to true.
+	ScheduleFiring bool
+	// ScheduleGrace is how late a schedule's latest fire time may be and
+	// still fire under catch-up skip. Defaults to 5s.
+	ScheduleGrace time.Duration
+	// ScheduleIdle bounds how long the firing loop sleeps without a due
+	// schedule (a safety net should a change notification be lost).
+	// Defaults to 10s.
+	ScheduleIdle time.Duration
+	// MaxSchedules is how many schedules a tenant may have. Defaults to 100.
+	MaxSchedules int
 	// Now is the clock. Defaults to time.Now.
 	Now func() time.Time
 
@@ -171,6 +186,9 @@ func (c Config) WithDefaults() Config {
 	config.Default(&c.JobRetention, 720*time.Hour)
 	config.Default(&c.RetentionInterval, time.Minute)
 	config.Default(&c.SigningSecretGrace, 24*time.Hour)
+	config.Default(&c.ScheduleGrace, 5*time.Second)
+	config.Default(&c.ScheduleIdle, 10*time.Second)
+	config.Default(&c.MaxSchedules, 100)
 	if c.Now == nil {
 		c.Now = time.Now
 	}
@@ -218,6 +236,9 @@ func (c Config) Validate() error {
 	if c.DefaultMaxQueued < 1 || c.DefaultMaxQueues < 1 {
 		errs = append(errs, errors.New("FERRY_API_DEFAULT_MAX_QUEUED and FERRY_API_DEFAULT_MAX_QUEUES must be positive"))
 	}
+	if c.ScheduleGrace < 0 || c.MaxSchedules < 1 {
+		errs = append(errs, errors.New("FERRY_SCHEDULES_MISFIRE_GRACE must be ≥ 0 and FERRY_SCHEDULES_MAX_PER_TENANT positive"))
+	}
 	if c.MaxBatchJobs < 1 || c.ProjectionBatch < 1 {
 		errs = append(errs, errors.New("api: MaxBatchJobs and ProjectionBatch must be positive"))
 	}
@@ -239,14 +260,28 @@ func LoadConfig(l *config.Loader) Config {
 		SecretKeyFile:       filepath.Join(l.String("FERRY_DATA_DIR"), "secret-key"),
 		SigningSecretGrace:  l.Duration("FERRY_HTTP_SIGNING_SECRET_GRACE"),
 		Console:             console.LoadConfig(l),
+		ScheduleGrace:       l.Duration("FERRY_SCHEDULES_MISFIRE_GRACE"),
+		MaxSchedules:        l.Int("FERRY_SCHEDULES_MAX_PER_TENANT"),
 	}
+	var firingErr error
+	c.ScheduleFiring, firingErr = loadBool(l, "FERRY_SCHEDULES_FIRING")
 	if l.IsSet("FERRY_SECRET_KEY") {
 		c.SecretKey, c.loadErr = secretbox.ParseKey(l.String("FERRY_SECRET_KEY"))
 		if c.loadErr != nil {
 			c.loadErr = fmt.Errorf("FERRY_SECRET_KEY: %w", c.loadErr)
 		}
 	}
+	c.loadErr = errors.Join(c.loadErr, firingErr)
 	return c
+}
+
+// loadBool reads a true/false setting.
+func loadBool(l *config.Loader, name string) (bool, error) {
+	v, err := strconv.ParseBool(l.String(name))
+	if err != nil {
+		return false, fmt.Errorf("%s: use true or false", name)
+	}
+	return v, nil
 }
 
 // checkMaxDelay refuses a maximum delay the topics do not retain: a job
@@ -286,6 +321,8 @@ type Service struct {
 	// commit produces concurrent submissions together (a group commit),
 	// caching each group's just-submitted jobs beside the produce.
 	commit *groupcommit.Committer[map[string][]byte]
+	// schedules is the schedules table (schedules.go, schedule_fire.go).
+	schedules *schedules.Store
 }
 
 var _ service.Component = (*Service)(nil)
@@ -308,6 +345,7 @@ func New(deps *service.Deps, cfg Config) (*Service, error) {
 		return nil, fmt.Errorf("api: %w", err)
 	}
 	st := store.New(deps.Postgres, log)
+	var err error
 	s := &Service{
 		deps:    deps,
 		cfg:     cfg,
@@ -322,6 +360,9 @@ func New(deps *service.Deps, cfg Config) (*Service, error) {
 	s.commit = groupcommit.New(deps.Kafka.ProduceSync, s.cacheSubmitted, produceGroupTimeout)
 	if err := s.openSigning(context.Background()); err != nil {
 		return nil, err
+	}
+	if s.schedules, err = schedules.New(context.Background(), deps.Postgres); err != nil {
+		return nil, fmt.Errorf("api: %w", err)
 	}
 	return s, nil
 }
@@ -343,6 +384,7 @@ func (s *Service) Routes(r chi.Router) {
 		r.Get("/v1/stats/throughput", s.handleThroughput) // stats.go
 		r.Get("/v1/http-signing/secret", s.handleGetSigningSecret)
 		r.Post("/v1/http-signing/secret/rotate", s.handleRotateSigningSecret)
+		s.scheduleRoutes(r) // schedules.go
 	})
 	r.Group(func(r chi.Router) {
 		r.Use(s.deps.Authenticate(), auth.RequireAdmin)
@@ -358,13 +400,16 @@ func (s *Service) Routes(r chi.Router) {
 	console.New(s.cfg.Console, s.deps.Keys, s.deps.Common.AdminKey, s.deps.Authenticate()).Routes(r)
 }
 
-// Run runs the status projection, and the retention of finished jobs,
-// until ctx is done.
+// Run runs the status projection, the retention of finished jobs and,
+// unless disabled, the schedules firing loop, until ctx is done.
 func (s *Service) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
-	retained := make(chan struct{})
-	go func() { defer close(retained); s.retentionLoop(ctx) }() // limits.go
-	defer func() { cancel(); <-retained }()
+	var loops sync.WaitGroup
+	loops.Go(func() { s.retentionLoop(ctx) }) // limits.go
+	if s.cfg.ScheduleFiring {
+		loops.Go(func() { s.fireLoop(ctx) }) // schedule_fire.go
+	}
+	defer func() { cancel(); loops.Wait() }()
 	return projection.Run(ctx, s.deps.Postgres, projection.Config{
 		Group:    "ferry-api-status",
 		Topics:   s.deps.Topics.LifecycleTopics(),

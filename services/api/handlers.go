@@ -46,6 +46,17 @@ type item struct {
 	key string
 	// err is set when the item was rejected before validation (decoding).
 	err *httpx.Error
+	// fire is set on the items a schedule fires (schedule_fire.go).
+	fire *scheduleFire
+}
+
+// newJobID is the id a new job of the item gets: random, or derived from
+// its schedule's fire so that a repeated fire makes the same job.
+func (it item) newJobID() string {
+	if it.fire != nil {
+		return it.fire.jobID
+	}
+	return "job_" + schema.NewEventID()
 }
 
 // outcome is the answer for one item.

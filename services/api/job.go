@@ -32,6 +32,8 @@ type Job struct {
 	RedrivenFrom string          `json:"redriven_from,omitempty"`
 	// Unique is the job's unique key, when it was submitted with one.
 	Unique *schema.Unique `json:"unique,omitempty"`
+	// ScheduleID is the schedule whose fire created the job.
+	ScheduleID string `json:"schedule_id,omitempty"`
 	// Deduplicated is set on submission answers only.
 	Deduplicated *bool `json:"deduplicated,omitempty"`
 }
@@ -54,6 +56,7 @@ func jobFromRow(r status.Row, now time.Time) Job {
 		Status: r.Effective(now), Attempt: r.Pos.Attempt, MaxAttempts: r.MaxAttempts, Payload: r.Payload,
 		Tags: r.Tags, CreatedAt: r.CreatedAt, ScheduledFor: r.ScheduledFor, StartedAt: r.StartedAt,
 		FinishedAt: r.FinishedAt, Result: r.Result, TraceID: r.TraceID, RedrivenFrom: r.RedrivenFrom,
+		ScheduleID: r.ScheduleID,
 	}
 	if j.Tags == nil {
 		j.Tags = []string{}

@@ -102,7 +102,7 @@ func (b *submission) validate() error {
 			}
 			return err
 		}
-		b.per[i].accepted = a
+		b.per[i].accepted = it.fire.apply(a)
 	}
 	return nil
 }
@@ -114,7 +114,7 @@ func (b *submission) claimKeys(ctx context.Context) error {
 	var idx []int
 	for i, it := range b.items {
 		if it.key != "" && b.out[i].err == nil {
-			claims = append(claims, idem.Claim{Key: it.key, Hash: b.per[i].accepted.Hash, JobID: "job_" + schema.NewEventID()})
+			claims = append(claims, idem.Claim{Key: it.key, Hash: b.per[i].accepted.Hash, JobID: it.newJobID()})
 			idx = append(idx, i)
 		}
 	}
@@ -223,7 +223,7 @@ func (b *submission) buildRecords(ctx context.Context) error {
 			JobRef:    schema.JobRef{JobID: b.jobID(i), TenantID: b.tenant, Attempt: 1},
 			Job:       pe.accepted.Spec,
 			CreatedAt: b.now, RunAt: pe.accepted.RunAt, Reason: schema.ReasonSubmitted, Actor: b.keyID,
-			Unique: pe.accepted.Unique,
+			Unique: pe.accepted.Unique, ScheduleID: b.items[i].fire.scheduleID(),
 		}
 		if c := pe.claim; c != nil {
 			ev.IdempotencyKey, ev.RequestHash = c.Key, c.Hash
@@ -241,6 +241,7 @@ func (b *submission) buildRecords(ctx context.Context) error {
 		b.produced = append(b.produced, i)
 		job := jobFromSubmission(ev.JobID, b.tenant, pe.accepted.Spec, b.now, pe.accepted.RunAt, traceID)
 		job.Unique = pe.accepted.Unique
+		job.ScheduleID = ev.ScheduleID
 		f := false
 		job.Deduplicated = &f
 		b.out[i] = outcome{job: job, created: true}

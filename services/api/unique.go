@@ -8,7 +8,6 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/ferryhq/ferry/events/schema"
 	"github.com/ferryhq/ferry/platform/httpx"
 	"github.com/ferryhq/ferry/services/api/internal/idem"
 	"github.com/ferryhq/ferry/services/api/internal/store"
@@ -221,7 +220,7 @@ func (b *submission) jobID(i int) string {
 	case pe.claim != nil:
 		pe.jobID = pe.claim.JobID
 	case pe.jobID == "":
-		pe.jobID = "job_" + schema.NewEventID()
+		pe.jobID = b.items[i].newJobID()
 	}
 	return pe.jobID
 }

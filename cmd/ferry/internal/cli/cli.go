@@ -78,6 +78,8 @@ func Jobs(ctx context.Context, args []string, env func(string) string, stdout, s
 }
 
 type runner struct {
+	// group is the command family ("jobs" when empty), for usage lines.
+	group  string
 	ctx    context.Context
 	env    func(string) string
 	stdout io.Writer
@@ -94,7 +96,7 @@ type common struct {
 // newFlagSet returns a flag set for `ferry jobs <name>` with the common flags
 // registered on it.
 func (r *runner) newFlagSet(name, synopsis, doc string) (*flag.FlagSet, *common) {
-	fs := flag.NewFlagSet("ferry jobs "+name, flag.ContinueOnError)
+	fs := flag.NewFlagSet("ferry "+r.groupName()+" "+name, flag.ContinueOnError)
 	fs.SetOutput(r.stderr)
 	c := &common{}
 	def := r.env("FERRY_URL")
@@ -105,7 +107,7 @@ func (r *runner) newFlagSet(name, synopsis, doc string) (*flag.FlagSet, *common)
 	fs.StringVar(&c.key, "key", "", "API key (default $FERRY_API_KEY, else $FERRY_DATA_DIR/dev-api-key)")
 	fs.BoolVar(&c.json, "json", false, "print the raw JSON response")
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: ferry jobs %s %s\n", name, synopsis)
+		fmt.Fprintf(fs.Output(), "Usage: ferry %s %s %s\n", r.groupName(), name, synopsis)
 		if doc != "" {
 			fmt.Fprintf(fs.Output(), "\n%s\n", doc)
 		}
@@ -113,6 +115,13 @@ func (r *runner) newFlagSet(name, synopsis, doc string) (*flag.FlagSet, *common)
 		fs.PrintDefaults()
 	}
 	return fs, c
+}
+
+func (r *runner) groupName() string {
+	if r.group == "" {
+		return "jobs"
+	}
+	return r.group
 }
 
 // parse parses args allowing flags and positional arguments in any order

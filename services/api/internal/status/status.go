@@ -47,6 +47,10 @@ type Row struct {
 	UniqueKey   string
 	UniqueWhile string
 	UniqueUntil *time.Time
+	// ScheduleID is the schedule that created the job ("" if none), from
+	// the enqueued event that carries it (the first attempt's).
+	ScheduleID string
+
 	// CreatedAt is the submission time; until the enqueued event is seen,
 	// the earliest event time of the job.
 	CreatedAt time.Time
@@ -157,6 +161,9 @@ func Apply(r *Row, ev schema.Event) bool {
 func applyEnqueued(r *Row, e schema.Enqueued, m schema.Meta) {
 	sub := submission{traceID: TraceID(m.TraceParent), idemKey: e.IdempotencyKey, reqHash: e.RequestHash, unique: e.Unique}
 	applySpec(r, e.Attempt, e.Job, e.CreatedAt, sub, e.RedrivenFrom)
+	if e.ScheduleID != "" {
+		r.ScheduleID = e.ScheduleID
+	}
 	if e.Attempt >= r.EnqAttempt {
 		at := ts(e.RunAt)
 		r.EnqAttempt, r.ScheduledFor = e.Attempt, &at

@@ -35,7 +35,7 @@ func spec() schema.JobSpec {
 func history() []schema.Event {
 	return []schema.Event{
 		ev(0, schema.Enqueued{JobRef: ref(1), Job: spec(), CreatedAt: t0, RunAt: t0, Reason: schema.ReasonSubmitted, IdempotencyKey: "k", RequestHash: "h",
-			Unique: &schema.Unique{Key: "u", While: schema.UniqueUntilDone, Until: t0.Add(time.Hour)}}),
+			Unique: &schema.Unique{Key: "u", While: schema.UniqueUntilDone, Until: t0.Add(time.Hour)}, ScheduleID: "sch_1"}),
 		ev(1*time.Second, schema.Started{JobRef: ref(1), WorkerID: "w1", StartedAt: t0.Add(time.Second)}),
 		ev(2*time.Second, schema.Progress{JobRef: ref(1), WorkerID: "w1", Percent: 10, Message: "a", At: t0.Add(2 * time.Second)}),
 		ev(3*time.Second, schema.Progress{JobRef: ref(1), WorkerID: "w1", Percent: 50, Message: "b", At: t0.Add(3 * time.Second)}),
@@ -77,7 +77,7 @@ func TestInOrder(t *testing.T) {
 	if r.Status() != schema.StatusSucceeded || r.Pos != (schema.Position{Attempt: 2, Phase: schema.PhaseSucceeded}) {
 		t.Fatalf("status %s pos %+v", r.Status(), r.Pos)
 	}
-	if r.Type != "email.send" || string(r.Payload) != `{"to":"a@b.c"}` || r.IdempotencyKey != "k" || r.RequestHash != "h" || !r.CreatedAt.Equal(t0) {
+	if r.Type != "email.send" || string(r.Payload) != `{"to":"a@b.c"}` || r.IdempotencyKey != "k" || r.RequestHash != "h" || r.ScheduleID != "sch_1" || !r.CreatedAt.Equal(t0) {
 		t.Fatalf("spec not applied: %+v", r)
 	}
 	if r.TraceID != "4bf92f3577b34da6a3ce929d0e0e4736" {

@@ -36,12 +36,22 @@ var uniqueMigrations embed.FS
 // component of their own, registered after Migrations.
 var UniqueMigrations = pgstore.Register("api-unique", uniqueMigrations, "migrations_unique")
 
+//go:embed migrations_schedule/*.sql
+var scheduleMigrations embed.FS
+
+// ScheduleMigrations add the jobs' schedule_id column; registered after
+// Migrations, whose table they alter.
+var ScheduleMigrations = pgstore.Register("api-schedule", scheduleMigrations, "migrations_schedule")
+
 // Migrate creates or upgrades the jobs table and tenant_throughput.
 func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
 	if err := Migrations.Apply(ctx, pool); err != nil {
 		return err
 	}
 	if err := UniqueMigrations.Apply(ctx, pool); err != nil {
+		return err
+	}
+	if err := ScheduleMigrations.Apply(ctx, pool); err != nil {
 		return err
 	}
 	return ThroughputMigrations.Apply(ctx, pool)
@@ -68,7 +78,7 @@ func New(pool *pgxpool.Pool, log *slog.Logger) *Store {
 
 const columns = `tenant_id, id, type, queue, priority, pool, status, attempt, max_attempts, payload, tags,
 	created_at, scheduled_for, started_at, finished_at, worker_id, progress_percent, progress_message, progress_at,
-	result, last_error_class, last_error_message, trace_id, redriven_from, idempotency_key, request_hash,
+	result, last_error_class, last_error_message, trace_id, redriven_from, idempotency_key, request_hash, schedule_id,
 	pos_attempt, pos_phase, spec_attempt, enq_attempt, delayed, run_attempt, progress_attempt, error_rank, version,
 	unique_key, unique_while, unique_until`
 
@@ -92,7 +102,7 @@ func scanJob(row pgx.CollectableRow) (Job, error) {
 	err := row.Scan(&j.TenantID, &j.ID, &j.Type, &j.Queue, &j.Priority, &j.Pool, &st, &attemptIgnored, &j.MaxAttempts,
 		&payload, &j.Tags, &j.CreatedAt, &j.ScheduledFor, &j.StartedAt, &j.FinishedAt, &j.WorkerID,
 		&j.ProgressPercent, &j.ProgressMessage, &j.ProgressAt, &res, &j.LastErrorClass, &j.LastErrorMessage,
-		&j.TraceID, &j.RedrivenFrom, &idem, &j.RequestHash, &j.Pos.Attempt, &phase, &j.SpecAttempt, &j.EnqAttempt,
+		&j.TraceID, &j.RedrivenFrom, &idem, &j.RequestHash, &j.ScheduleID, &j.Pos.Attempt, &phase, &j.SpecAttempt, &j.EnqAttempt,
 		&j.Delayed, &j.RunAttempt, &j.ProgressAttempt, &j.ErrorRank, &j.Version, &uniq, &j.UniqueWhile, &j.UniqueUntil)
 	if err != nil {
 		return j, err
@@ -376,7 +386,7 @@ func upsert(ctx context.Context, tx pgx.Tx, jobs []Job) error {
 		args = append(args, j.TenantID, j.ID, j.Type, j.Queue, j.Priority, j.Pool, string(j.Status()), j.Pos.Attempt,
 			j.MaxAttempts, rawArg(j.Payload), tags, created, j.ScheduledFor, j.StartedAt, j.FinishedAt, j.WorkerID,
 			j.ProgressPercent, j.ProgressMessage, j.ProgressAt, rawArg(j.Result), j.LastErrorClass, j.LastErrorMessage,
-			j.TraceID, j.RedrivenFrom, idem, j.RequestHash, j.Pos.Attempt, int(j.Pos.Phase), j.SpecAttempt, j.EnqAttempt,
+			j.TraceID, j.RedrivenFrom, idem, j.RequestHash, j.ScheduleID, j.Pos.Attempt, int(j.Pos.Phase), j.SpecAttempt, j.EnqAttempt,
 			j.Delayed, j.RunAttempt, j.ProgressAttempt, j.ErrorRank, j.Version+1, uniq, j.UniqueWhile, j.UniqueUntil)
 	}
 	sb.WriteString(` ON CONFLICT (tenant_id, id) DO UPDATE SET `)
