@@ -38,6 +38,7 @@ end
 for _, w in ipairs(redis.call('ZRANGEBYSCORE', wz, '-inf', now)) do
   redis.call('ZREM', wz, w)
   redis.call('HDEL', wh, w)
+  route_forget(pool, w)
 end
 
 -- 2. Expired leases.
@@ -65,6 +66,11 @@ for _, q in ipairs(queues) do
   end
 end
 
+-- 3b. Routing (route.lua): which types live workers take, on which
+-- partitions; parked jobs of those types are ready again.
+local rt = route_table(pool)
+route_release(rt, pool)
+
 -- 4. Capacity. No live worker, no dispatch.
 local slots = 0
 for _, s in ipairs(redis.call('HVALS', wh)) do slots = slots + tonumber(s) end
@@ -72,7 +78,7 @@ local cap = 0
 if slots > 0 then cap = slots + prefetch - redis.call('ZCARD', inflight) end
 if cap > maxb then cap = maxb end
 
-local disp, exp, tps = {}, {}, {}
+local disp, exp, tps, parts = {}, {}, {}, {}
 local function expired(jk, id)
   local f = redis.call('HMGET', jk, 'attempt', 'tenant', 'created', 'ready', 'spec', 'history', 'rf')
   exp[#exp + 1] = id
@@ -122,7 +128,7 @@ if cap > 0 then
     end
   end
   local lease_until = now + lease
-  while popped < cap do
+  while popped < cap and route_room(rt) do
     local best
     for _, x in ipairs(ten) do
       if x.room > 0 and next(x.heads) ~= nil and (not best or x.vt < best.vt or (x.vt == best.vt and x.t < best.t)) then
@@ -150,6 +156,10 @@ if cap > 0 then
         redis.call('HSET', jk, 'state', 'expiring')
         redis.call('ZADD', outbox, now + retry_ms, id)
         expired(jk, id)
+      elseif not route_ok(rt, f[9]) then
+        -- No live worker takes its type: parked, out of the way (route.lua).
+        route_park(rt, pool, jk, id, bh[2])
+        popped = popped - 1
       else
         local est = tonumber(redis.call('HGET', P .. 'est', best.t .. '|' .. (f[9] or ''))) or def_est
         best.vt = best.vt + est / best.w
@@ -163,6 +173,7 @@ if cap > 0 then
         for m = 3, 7 do disp[#disp + 1] = f[m] or '' end
         disp[#disp + 1] = lease_until
         tps[#tps + 1] = f[8] or ''
+        parts[#parts + 1] = route_partition(rt, f[9], now)
       end
     end
   end
@@ -173,6 +184,14 @@ if cap > 0 then
     end
   end
   if vnow > vnow0 then redis.call('SET', PP .. ':vnow', vnow) end
+end
+
+-- 5b. Parked jobs whose not_after passed expire as ready ones do.
+for _, id in ipairs(route_expiring(pool, now)) do
+  local jk = P .. 'job:' .. id
+  redis.call('HSET', jk, 'state', 'expiring')
+  redis.call('ZADD', outbox, now + retry_ms, id)
+  expired(jk, id)
 end
 
 -- 6. Expired jobs whose dlq record was not acknowledged in time: again.
@@ -200,6 +219,7 @@ local r = redis.call('ZRANGE', inflight, 0, 0, 'WITHSCORES')
 if #r > 0 then next_lease = tonumber(r[2]) end
 local more = 0
 if cap > 0 and popped == cap and cap == maxb then more = 1 end
+if rt.left or not route_room(rt) then more = 1 end
 
 local res = {next_due, next_lease, #disp / 8, #exp / 8, more}
 for _, v in ipairs(disp) do res[#res + 1] = v end
@@ -208,4 +228,6 @@ for _, v in ipairs(exp) do res[#res + 1] = v end
 -- the number of leases that expired in this step.
 for _, v in ipairs(tps) do res[#res + 1] = v end
 res[#res + 1] = lost
+-- Then the dispatched jobs' partitions, in order (-1: the job id's hash).
+for _, v in ipairs(parts) do res[#res + 1] = v end
 return res

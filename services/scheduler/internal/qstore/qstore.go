@@ -53,9 +53,10 @@ var (
 	//go:embed dispatch.lua
 	dispatchSrc string
 
-	// fair.lua (the fair-share helpers) is the prelude of both scripts.
-	applyScript    = redis.NewScript(fairSrc + applySrc)
-	dispatchScript = redis.NewScript(fairSrc + dispatchSrc)
+	// fair.lua (the fair-share helpers) and route.lua (type-aware
+	// routing, route.go) are the prelude of both scripts.
+	applyScript    = redis.NewScript(fairSrc + routeSrc + applySrc)
+	dispatchScript = redis.NewScript(fairSrc + routeSrc + dispatchSrc)
 )
 
 // Options configure a Store.
@@ -282,13 +283,15 @@ func (b *Batch) Fail(jobID, dispatchID string, class schema.ErrorClass) {
 func (b *Batch) Cancel(jobID, tenantID string) { b.add("X", jobID, tenantID) }
 
 // Worker records a worker's announcement at now. A worker is live until
-// WorkerTTL after its announcement; Stopping removes it.
+// WorkerTTL after its announcement; Stopping removes it. Its routing (the
+// types it handles, the partitions it owns) decides what it is sent
+// (route.go).
 func (b *Batch) Worker(ws schema.WorkerStatus, expires time.Time) {
 	stopping := "0"
 	if ws.Stopping {
 		stopping = "1"
 	}
-	b.add("W", ws.Pool, ws.WorkerID, ws.Slots, expires.UnixMilli(), stopping)
+	b.add("W", ws.Pool, ws.WorkerID, ws.Slots, expires.UnixMilli(), stopping, routingArg(ws.Routing))
 }
 
 // HandBack re-queues, at the front, an attempt a stopping worker gave back.
@@ -316,6 +319,9 @@ type Template struct {
 	// TraceParent is the W3C traceparent of the enqueued attempt (dispatched
 	// templates only; see Batch.Trace).
 	TraceParent string
+	// Partition is the dispatch partition a worker handling the job's type
+	// owns (dispatched templates only; -1: the job id's hash decides).
+	Partition int32
 }
 
 // ApplyResult is the outcome of Apply.
@@ -501,6 +507,7 @@ func (s *Store) Dispatch(ctx context.Context, p DispatchParams) (DispatchResult,
 		i += 8
 	}
 	parseDispatchTrailer(v[i:], &res)
+	parseRoutes(v[min(i+len(res.Dispatched)+1, len(v)):], &res)
 	return res, nil
 }
 
