@@ -138,6 +138,7 @@ func (s *Service) Run(ctx context.Context) error {
 	defer cl.Close()
 
 	defer s.registerGauges()() // observability: queue gauges (observe.go)
+	defer s.registerRouteGauge()()
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { kafkax.WatchLag(gctx, cl, Group, s.Topics(), nil); return nil })
 	g.Go(func() error { return s.consume(gctx, cl) })
