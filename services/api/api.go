@@ -54,6 +54,7 @@ import (
 	"github.com/ferryhq/ferry/services/api/internal/limits"
 	"github.com/ferryhq/ferry/services/api/internal/store"
 	"github.com/ferryhq/ferry/services/api/internal/submit"
+	"github.com/ferryhq/ferry/services/api/internal/workers"
 )
 
 //go:embed openapi.json
@@ -129,6 +130,13 @@ type Config struct {
 	// SigningSecretGrace is how long a rotated-out http signing secret keeps
 	// signing beside the new one. Defaults to 24h.
 	SigningSecretGrace time.Duration
+	// UnknownTypes is accept or reject (FERRY_API_UNKNOWN_TYPES): reject
+	// refuses job types no worker announced within KnownTypesWindow.
+	// Defaults to accept.
+	UnknownTypes string
+	// KnownTypesWindow is how long a type stays known after a worker
+	// announced it. Defaults to 10m.
+	KnownTypesWindow time.Duration
 	// Now is the clock. Defaults to time.Now.
 	Now func() time.Time
 
@@ -152,6 +160,8 @@ func (c Config) WithDefaults() Config {
 	config.Default(&c.JobRetention, 720*time.Hour)
 	config.Default(&c.RetentionInterval, time.Minute)
 	config.Default(&c.SigningSecretGrace, 24*time.Hour)
+	config.Default(&c.UnknownTypes, unknownTypesAccept)
+	config.Default(&c.KnownTypesWindow, 10*time.Minute)
 	if c.Now == nil {
 		c.Now = time.Now
 	}
@@ -199,6 +209,12 @@ func (c Config) Validate() error {
 	if c.DefaultMaxQueued < 1 || c.DefaultMaxQueues < 1 {
 		errs = append(errs, errors.New("FERRY_API_DEFAULT_MAX_QUEUED and FERRY_API_DEFAULT_MAX_QUEUES must be positive"))
 	}
+	if c.UnknownTypes != unknownTypesAccept && c.UnknownTypes != unknownTypesReject {
+		errs = append(errs, fmt.Errorf("FERRY_API_UNKNOWN_TYPES %q: use accept or reject", c.UnknownTypes))
+	}
+	if c.KnownTypesWindow < workerTTL {
+		errs = append(errs, fmt.Errorf("FERRY_API_KNOWN_TYPES_WINDOW must be at least %s", workerTTL))
+	}
 	if c.MaxBatchJobs < 1 || c.ProjectionBatch < 1 {
 		errs = append(errs, errors.New("api: MaxBatchJobs and ProjectionBatch must be positive"))
 	}
@@ -219,6 +235,8 @@ func LoadConfig(l *config.Loader) Config {
 		JobRetention:        l.Duration("FERRY_JOB_RETENTION"),
 		SecretKeyFile:       filepath.Join(l.String("FERRY_DATA_DIR"), "secret-key"),
 		SigningSecretGrace:  l.Duration("FERRY_HTTP_SIGNING_SECRET_GRACE"),
+		UnknownTypes:        l.String("FERRY_API_UNKNOWN_TYPES"),
+		KnownTypesWindow:    l.Duration("FERRY_API_KNOWN_TYPES_WINDOW"),
 	}
 	if l.IsSet("FERRY_SECRET_KEY") {
 		c.SecretKey, c.loadErr = secretbox.ParseKey(l.String("FERRY_SECRET_KEY"))
@@ -258,6 +276,7 @@ type Service struct {
 	counts  *limits.Counter[store.Counts]
 	queues  *limits.Queues
 	signing *signing.Secrets
+	workers *workers.Table // workers.go
 }
 
 var _ service.Component = (*Service)(nil)
@@ -289,6 +308,7 @@ func New(deps *service.Deps, cfg Config) (*Service, error) {
 		tenants: auth.NewTenantCache(deps.Postgres, cfg.TenantCacheTTL),
 		counts:  limits.NewCounter(cfg.CountsCacheTTL, st.TenantCounts),
 		queues:  limits.NewQueues(cfg.CountsCacheTTL, time.Minute, st.TenantQueues),
+		workers: newWorkersTable(cfg),
 	}
 	if err := s.openSigning(context.Background()); err != nil {
 		return nil, err
@@ -331,7 +351,9 @@ func (s *Service) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	retained := make(chan struct{})
 	go func() { defer close(retained); s.retentionLoop(ctx) }() // limits.go
-	defer func() { cancel(); <-retained }()
+	followed := make(chan struct{})
+	go func() { defer close(followed); s.followWorkers(ctx) }() // workers.go
+	defer func() { cancel(); <-retained; <-followed }()
 	return projection.Run(ctx, s.deps.Postgres, projection.Config{
 		Group:    "ferry-api-status",
 		Topics:   s.deps.Topics.LifecycleTopics(),

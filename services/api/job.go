@@ -30,6 +30,9 @@ type Job struct {
 	LastError    *ErrorInfo      `json:"last_error"`
 	TraceID      string          `json:"trace_id,omitempty"`
 	RedrivenFrom string          `json:"redriven_from,omitempty"`
+	// Waiting says why a queued job does not run, when no live worker
+	// takes its type (workers.go); absent otherwise.
+	Waiting string `json:"waiting,omitempty"`
 	// Deduplicated is set on submission answers only.
 	Deduplicated *bool `json:"deduplicated,omitempty"`
 }
