@@ -65,7 +65,9 @@ func TestTypeRouting(t *testing.T) {
 	// Under load, a rolling restart of both workers: jobs keep coming
 	// while each worker stops and its successor starts.
 	var ids []string
-	load := func() { ids = append(ids, c.submit(append(typedJobs("report.build", 3, 200), sleepJobs(3, 200)...)...)...) }
+	load := func() {
+		ids = append(ids, c.submit(append(typedJobs("report.build", 3, 200), sleepJobs(3, 200)...)...)...)
+	}
 	for range 10 {
 		load()
 		time.Sleep(150 * time.Millisecond)
