@@ -15,16 +15,7 @@ import (
 func TestToPartitionIsHonoured(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.DefaultNumPartitions(8))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	cl, err := NewClient(Config{Brokers: c.ListenAddrs()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cl.Close)
+	cl := brokers(t, kfake.NumBrokers(1), kfake.DefaultNumPartitions(8))
 	if err := EnsureTopics(ctx, cl, TopicSpec{Names: []string{"t"}, Partitions: 8}); err != nil {
 		t.Fatal(err)
 	}
