@@ -311,9 +311,11 @@ func TestPipelineDelay(t *testing.T) {
 func TestPipelineCancel(t *testing.T) {
 	e := startStack(t, nil)
 	started := e.record((schema.Topics{}).Lifecycle(schema.EventStarted))
-	queued := e.submit(map[string]any{"type": "noop", "delay": "3s"})
+	// The delayed job is submitted once the other runs, so its 3s start
+	// after the stack is warm (workers joined and announced).
 	running := e.submit(map[string]any{"type": "sleep", "payload": map[string]any{"ms": 30000}})
 	e.waitStatus(running, "running", 20*time.Second)
+	queued := e.submit(map[string]any{"type": "noop", "delay": "3s"})
 	for _, id := range []string{queued, running} {
 		if code, out := e.call("POST", "/v1/jobs/"+id+"/cancel", nil); code != http.StatusAccepted {
 			t.Fatalf("cancel %s: %d %v", id, code, out)

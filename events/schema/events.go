@@ -2,6 +2,7 @@ package schema
 
 import (
 	"encoding/json"
+	"slices"
 	"time"
 )
 
@@ -291,6 +292,38 @@ type WorkerStatus struct {
 	// HandedBack lists attempts the worker gave up on shutdown without
 	// running them, so the scheduler re-dispatches them at once.
 	HandedBack []JobRef `json:"handed_back,omitempty"`
+	// Routing is what the worker can take: the job types it handles and the
+	// dispatch partitions it owns. Absent (workers before routing) means
+	// every type, on whatever partition the job id hashes to.
+	Routing *WorkerRouting `json:"routing,omitempty"`
+	// Rejected lists dispatches of a type the worker has no handler for
+	// (its partition moved during a rebalance): the scheduler re-queues
+	// each at the front, without using up an attempt, if that dispatch is
+	// still the job's current one.
+	Rejected []DispatchRef `json:"rejected,omitempty"`
+}
+
+// WorkerRouting is the part of a worker's announcement the scheduler routes
+// by: a job is dispatched only to a partition owned by a live worker of its
+// pool whose Types hold the job's type.
+type WorkerRouting struct {
+	// Types are the job types the worker has a handler for, sorted.
+	Types []string `json:"types"`
+	// Partitions are the dispatch topic partitions assigned to the worker
+	// now (empty while it joins the group or owns none).
+	Partitions []int32 `json:"partitions"`
+}
+
+// Handles reports whether a worker announcing r runs jobs of type typ; a
+// worker that announces no routing handles every type.
+func (r *WorkerRouting) Handles(typ string) bool {
+	return r == nil || slices.Contains(r.Types, typ)
+}
+
+// DispatchRef is one dispatch of one attempt.
+type DispatchRef struct {
+	JobRef
+	DispatchID string `json:"dispatch_id"`
 }
 
 // Data is implemented by every record payload type of this package.

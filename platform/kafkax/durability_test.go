@@ -93,7 +93,13 @@ func TestJudgeDurability(t *testing.T) {
 // threeBrokers starts a kfake cluster of three brokers and a client on it.
 func threeBrokers(t *testing.T) *kgo.Client {
 	t.Helper()
-	c, err := kfake.NewCluster(kfake.NumBrokers(3))
+	return brokers(t, kfake.NumBrokers(3))
+}
+
+// brokers starts a kfake cluster with opts and a client on it.
+func brokers(t *testing.T, opts ...kfake.Opt) *kgo.Client {
+	t.Helper()
+	c, err := kfake.NewCluster(opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

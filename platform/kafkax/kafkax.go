@@ -70,7 +70,7 @@ func NewClient(cfg Config, extra ...kgo.Opt) (*kgo.Client, error) {
 		kgo.ClientID(id),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
 		kgo.ProducerLinger(cfg.Linger),
-		kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)),
+		kgo.RecordPartitioner(partitioner{base: kgo.StickyKeyPartitioner(nil)}), // partition.go
 		kgo.ProducerBatchCompression(kgo.NoCompression()),
 		kgo.WithHooks(hooks{t: Tracer(kotel.ClientID(id))}),
 		kgo.WithLogger(clientLogger{}),

@@ -72,6 +72,7 @@ import (
 	"github.com/ferryhq/ferry/services/api/internal/store"
 	"github.com/ferryhq/ferry/services/api/internal/submit"
 	"github.com/ferryhq/ferry/services/api/internal/unique"
+	"github.com/ferryhq/ferry/services/api/internal/workers"
 )
 
 //go:embed openapi.json
@@ -160,6 +161,13 @@ type Config struct {
 	ScheduleIdle time.Duration
 	// MaxSchedules is how many schedules a tenant may have. Defaults to 100.
 	MaxSchedules int
+	// UnknownTypes is accept or reject (FERRY_API_UNKNOWN_TYPES): reject
+	// refuses job types no worker announced within KnownTypesWindow.
+	// Defaults to accept.
+	UnknownTypes string
+	// KnownTypesWindow is how long a type stays known after a worker
+	// announced it. Defaults to 10m.
+	KnownTypesWindow time.Duration
 	// Now is the clock. Defaults to time.Now.
 	Now func() time.Time
 
@@ -189,6 +197,8 @@ func (c Config) WithDefaults() Config {
 	config.Default(&c.ScheduleGrace, 5*time.Second)
 	config.Default(&c.ScheduleIdle, 10*time.Second)
 	config.Default(&c.MaxSchedules, 100)
+	config.Default(&c.UnknownTypes, unknownTypesAccept)
+	config.Default(&c.KnownTypesWindow, 10*time.Minute)
 	if c.Now == nil {
 		c.Now = time.Now
 	}
@@ -239,6 +249,12 @@ func (c Config) Validate() error {
 	if c.ScheduleGrace < 0 || c.MaxSchedules < 1 {
 		errs = append(errs, errors.New("FERRY_SCHEDULES_MISFIRE_GRACE must be ≥ 0 and FERRY_SCHEDULES_MAX_PER_TENANT positive"))
 	}
+	if c.UnknownTypes != unknownTypesAccept && c.UnknownTypes != unknownTypesReject {
+		errs = append(errs, fmt.Errorf("FERRY_API_UNKNOWN_TYPES %q: use accept or reject", c.UnknownTypes))
+	}
+	if c.KnownTypesWindow < workerTTL {
+		errs = append(errs, fmt.Errorf("FERRY_API_KNOWN_TYPES_WINDOW must be at least %s", workerTTL))
+	}
 	if c.MaxBatchJobs < 1 || c.ProjectionBatch < 1 {
 		errs = append(errs, errors.New("api: MaxBatchJobs and ProjectionBatch must be positive"))
 	}
@@ -262,6 +278,8 @@ func LoadConfig(l *config.Loader) Config {
 		Console:             console.LoadConfig(l),
 		ScheduleGrace:       l.Duration("FERRY_SCHEDULES_MISFIRE_GRACE"),
 		MaxSchedules:        l.Int("FERRY_SCHEDULES_MAX_PER_TENANT"),
+		UnknownTypes:        l.String("FERRY_API_UNKNOWN_TYPES"),
+		KnownTypesWindow:    l.Duration("FERRY_API_KNOWN_TYPES_WINDOW"),
 	}
 	var firingErr error
 	c.ScheduleFiring, firingErr = loadBool(l, "FERRY_SCHEDULES_FIRING")
@@ -323,6 +341,7 @@ type Service struct {
 	commit *groupcommit.Committer[map[string][]byte]
 	// schedules is the schedules table (schedules.go, schedule_fire.go).
 	schedules *schedules.Store
+	workers   *workers.Table // workers.go
 }
 
 var _ service.Component = (*Service)(nil)
@@ -356,6 +375,7 @@ func New(deps *service.Deps, cfg Config) (*Service, error) {
 		tenants: auth.NewTenantCache(deps.Postgres, cfg.TenantCacheTTL),
 		counts:  limits.NewCounter(cfg.CountsCacheTTL, st.TenantCounts),
 		queues:  limits.NewQueues(cfg.CountsCacheTTL, time.Minute, st.TenantQueues),
+		workers: newWorkersTable(cfg),
 	}
 	s.commit = groupcommit.New(deps.Kafka.ProduceSync, s.cacheSubmitted, produceGroupTimeout)
 	if err := s.openSigning(context.Background()); err != nil {
@@ -409,6 +429,7 @@ func (s *Service) Run(ctx context.Context) error {
 	if s.cfg.ScheduleFiring {
 		loops.Go(func() { s.fireLoop(ctx) }) // schedule_fire.go
 	}
+	loops.Go(func() { s.followWorkers(ctx) }) // workers.go
 	defer func() { cancel(); loops.Wait() }()
 	return projection.Run(ctx, s.deps.Postgres, projection.Config{
 		Group:    "ferry-api-status",

@@ -327,7 +327,7 @@ func (s *Service) handleGet(w http.ResponseWriter, r *http.Request) {
 	case !ok:
 		httpx.WriteError(w, r, httpx.ErrNotFound)
 	default:
-		httpx.WriteJSON(w, http.StatusOK, j)
+		httpx.WriteJSON(w, http.StatusOK, s.withWaiting(j))
 	}
 }
 
@@ -426,7 +426,7 @@ func (s *Service) handleList(w http.ResponseWriter, r *http.Request) {
 	rows, next := httpx.TrimPage(rows, limit, func(j store.Job) string { return httpx.Keyset{T: j.CreatedAt, ID: j.ID}.String() })
 	jobs := make([]Job, 0, len(rows))
 	for _, row := range rows {
-		jobs = append(jobs, jobFromRow(row.Row, f.Now))
+		jobs = append(jobs, s.withWaiting(jobFromRow(row.Row, f.Now)))
 	}
 	httpx.WriteList(w, "jobs", jobs, next)
 }

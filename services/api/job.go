@@ -34,6 +34,9 @@ type Job struct {
 	Unique *schema.Unique `json:"unique,omitempty"`
 	// ScheduleID is the schedule whose fire created the job.
 	ScheduleID string `json:"schedule_id,omitempty"`
+	// Waiting says why a queued job does not run, when no live worker
+	// takes its type (workers.go); absent otherwise.
+	Waiting string `json:"waiting,omitempty"`
 	// Deduplicated is set on submission answers only.
 	Deduplicated *bool `json:"deduplicated,omitempty"`
 }

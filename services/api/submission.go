@@ -102,6 +102,10 @@ func (b *submission) validate() error {
 			}
 			return err
 		}
+		if e := b.s.unknownType(a.Spec); e != nil { // workers.go
+			b.out[i].err = e
+			continue
+		}
 		b.per[i].accepted = it.fire.apply(a)
 	}
 	return nil

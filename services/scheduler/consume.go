@@ -166,6 +166,9 @@ func (s *Service) process(ctx context.Context, recs []*kgo.Record) error {
 			for _, ref := range d.HandedBack {
 				b.HandBack(ref.JobID, ref.Attempt)
 			}
+			for _, ref := range d.Rejected { // not its type: re-routed (route.go)
+				b.Release(ref.JobID, ref.DispatchID)
+			}
 		}
 	}
 	res, err := s.store.Apply(ctx, now, &b)

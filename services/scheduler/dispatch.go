@@ -175,6 +175,7 @@ func (s *Service) step(ctx context.Context, pool string, prefetch int, done func
 		owner[rec] = t
 	}
 	s.observeDispatch(pctx, pool, res, recs, owner) // traces and metrics (observe.go)
+	routeDispatches(pctx, recs, owner)              // to a worker handling the type (route.go)
 
 	var (
 		mu   sync.Mutex

@@ -35,6 +35,9 @@ type queueView struct {
 	// Running counts jobs dispatched and not yet finished.
 	Running int64 `json:"running"`
 	Paused  bool  `json:"paused"`
+	// Unroutable counts jobs that wait because no live worker handles
+	// their type (not part of Depth).
+	Unroutable int64 `json:"unroutable"`
 }
 
 func viewOf(q qstore.QueueState, now time.Time) queueView {
@@ -42,7 +45,8 @@ func viewOf(q qstore.QueueState, now time.Time) queueView {
 	if q.Ready > 0 && !q.OldestReady.IsZero() {
 		age = max(now.Sub(q.OldestReady), 0).Round(time.Millisecond)
 	}
-	return queueView{Name: q.Name, Depth: q.Ready, Delayed: q.Delayed, OldestReadyAge: age.String(), Running: q.Running, Paused: q.Paused}
+	return queueView{Name: q.Name, Depth: q.Ready, Delayed: q.Delayed, OldestReadyAge: age.String(), Running: q.Running, Paused: q.Paused,
+		Unroutable: q.Unroutable}
 }
 
 // Routes mounts the queue routes (the platform adds /healthz, /readyz and

@@ -139,6 +139,7 @@ func (s *Service) Run(ctx context.Context) error {
 
 	defer s.registerGauges()()     // observability: queue gauges (observe.go)
 	defer s.registerGateGauges()() // flow control (breakers.go)
+	defer s.registerRouteGauge()() // type-aware routing: unroutable jobs
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { kafkax.WatchLag(gctx, cl, Group, s.Topics(), nil); return nil })
 	g.Go(func() error { return s.consume(gctx, cl) })

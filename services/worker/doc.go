@@ -71,8 +71,14 @@
 // bytes.
 //
 // The worker also announces its slots on the workers topic
-// (schema.WorkerStatus) at start, every second and when it stops; the
-// scheduler dispatches only while the pool has free slots.
+// (schema.WorkerStatus) at start, every second, on every rebalance and when
+// it stops, with the job types of its registry and the dispatch partitions
+// it owns; the scheduler dispatches only while the pool has free slots, and
+// a job only to a partition owned by a worker that handles its type. A
+// dispatch of a type the registry lacks (its partition just moved here) is
+// rejected in an announcement, never run nor failed: the scheduler
+// re-queues it at the same attempt. Several workers with different
+// registries may so serve one pool (docs/workers.md).
 //
 // # Stopping
 //

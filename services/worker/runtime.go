@@ -60,6 +60,8 @@ type Service struct {
 	queue    chan queued
 	room     chan struct{}
 	stopping chan struct{}
+	// reannounce (capacity 1) asks the status loop for an announcement now.
+	reannounce chan struct{}
 
 	mu         sync.Mutex
 	running    map[string]*run // by job id
@@ -110,6 +112,7 @@ func newService(deps *service.Deps, cfg Config, reg *Registry, log *slog.Logger)
 		queue:         make(chan queued, cfg.QueueSize),
 		room:          make(chan struct{}, 1),
 		stopping:      make(chan struct{}),
+		reannounce:    make(chan struct{}, 1),
 		running:       map[string]*run{},
 		seen:          recent.New[string, seenJob](cfg.RememberJobs),
 		assigned:      map[int32]uint64{},
@@ -351,6 +354,7 @@ func (s *Service) onAssigned(_ context.Context, _ *kgo.Client, m map[string][]in
 		s.gen++
 		s.assigned[p] = s.gen
 	}
+	s.announceSoon()
 }
 
 func (s *Service) onLost(_ context.Context, _ *kgo.Client, m map[string][]int32) {
@@ -359,6 +363,7 @@ func (s *Service) onLost(_ context.Context, _ *kgo.Client, m map[string][]int32)
 	for _, p := range m[s.dispatchTopic] {
 		delete(s.assigned, p)
 	}
+	s.announceSoon()
 }
 
 // onRevoked forgets the revoked partitions (queued dispatches of theirs are
@@ -481,6 +486,12 @@ func (s *Service) process(hardCtx context.Context, q queued) {
 		log.Debug("dropping dispatch of a revoked partition")
 		return
 	}
+	h, found := s.reg.Lookup(d.Job.Type)
+	if !found {
+		s.mu.Unlock()
+		s.reject(hardCtx, q.rec, d, log)
+		return
+	}
 	if out := s.unreportedLocked(d); out != nil {
 		r := &run{ref: d.JobRef, dispatchID: d.DispatchID}
 		s.running[d.JobID] = r
@@ -545,12 +556,6 @@ func (s *Service) process(hardCtx context.Context, q queued) {
 		Payload: d.Job.Payload, Tags: d.Job.Tags, DispatchID: d.DispatchID,
 	}, rep.report)
 
-	h, found := s.reg.Lookup(d.Job.Type)
-	if !found {
-		h = func(context.Context, *Job) (any, error) {
-			return nil, Permanent(fmt.Errorf("no handler registered for job type %q on pool %s", d.Job.Type, s.cfg.Pool))
-		}
-	}
 	result, herr := call(jobCtx, h, job)
 	finishedAt := time.Now().UTC()
 	rep.stop()
@@ -764,17 +769,30 @@ func (s *Service) statusLoop(ctx context.Context) {
 			return
 		case <-t.C:
 			s.announce(ctx, false, nil)
+		case <-s.reannounce:
+			s.announce(ctx, false, nil)
 		}
 	}
+}
+
+// status is the worker's announcement now: its slots and what it routes.
+// A stopping worker owns no partition any more.
+func (s *Service) status(stopping bool) *schema.WorkerStatus {
+	st := &schema.WorkerStatus{
+		WorkerID: s.cfg.WorkerID, Pool: s.cfg.Pool, Slots: s.cfg.Concurrency, Running: s.runningCount(),
+		At: time.Now().UTC(), Stopping: stopping, Routing: s.routing(),
+	}
+	if stopping {
+		st.Routing.Partitions = []int32{}
+	}
+	return st
 }
 
 // announce publishes the worker's slots. A stopping announcement has no
 // slots and is waited for.
 func (s *Service) announce(ctx context.Context, stopping bool, handedBack []schema.JobRef) {
-	st := &schema.WorkerStatus{
-		WorkerID: s.cfg.WorkerID, Pool: s.cfg.Pool, Slots: s.cfg.Concurrency, Running: s.runningCount(),
-		At: time.Now().UTC(), Stopping: stopping, HandedBack: handedBack,
-	}
+	st := s.status(stopping)
+	st.HandedBack = handedBack
 	if !stopping {
 		s.produceAsync(ctx, st)
 		return

@@ -58,6 +58,7 @@ func buildBinaries(dir string) error {
 		args = append(args, "./services/"+svc+"/cmd/ferry-"+svc)
 		bins[svc] = filepath.Join(dir, "ferry-"+svc)
 	}
+	args, bins["reportworker"] = append(args, "./cmd/ferry/chaos/reportworker"), filepath.Join(dir, "reportworker") // routing_test.go
 	cmd := exec.Command("go", args...)
 	cmd.Dir = root
 	out, err := cmd.CombinedOutput()

@@ -53,6 +53,7 @@ end
 
 local function unindex(jk, id)
   fair_unindex(jk, id)
+  route_unpark(jk, id)
   local f = redis.call('HMGET', jk, 'queue', 'pool', 'ck', 'gk', 'tenant', 'probe', 'type')
   if f[1] then
     redis.call('ZREM', ready_key(f[1]), id)
@@ -190,22 +191,24 @@ while i <= #ARGV do
     end
     i = i + 3
   elseif op == 'W' then
-    -- W pool worker slots expires_ms stopping
+    -- W pool worker slots expires_ms stopping routing (JSON, '' when none)
     local pool, w = ARGV[i + 1], ARGV[i + 2]
     local wz, wh = P .. 'pool:' .. pool .. ':workers', P .. 'pool:' .. pool .. ':slots'
     local exp = tonumber(ARGV[i + 4])
     if ARGV[i + 5] == '1' then
       redis.call('ZREM', wz, w)
       redis.call('HDEL', wh, w)
+      route_forget(pool, w)
     elseif exp > now then
       redis.call('ZADD', wz, 'GT', exp, w)
       -- ZADD GT refuses an older announcement; only then take its slots.
       if tonumber(redis.call('ZSCORE', wz, w)) == exp then
         redis.call('HSET', wh, w, ARGV[i + 3])
+        route_set(pool, w, ARGV[i + 6])
       end
       out[1] = 1
     end
-    i = i + 6
+    i = i + 7
   elseif op == 'H' or op == 'R' then
     -- H id attempt: handed back by a stopping worker.
     -- R id dispatch_id: the dispatch record could not be produced.

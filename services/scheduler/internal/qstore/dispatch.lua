@@ -39,6 +39,7 @@ end
 for _, w in ipairs(redis.call('ZRANGEBYSCORE', wz, '-inf', now)) do
   redis.call('ZREM', wz, w)
   redis.call('HDEL', wh, w)
+  route_forget(pool, w)
 end
 
 -- 2. Expired leases, of attempts on workers (inflight) and of attempts held
@@ -73,6 +74,11 @@ end
 -- release their parked jobs (gates.lua).
 gate_wakeups(now)
 
+-- 3c. Routing (route.lua): which types live workers take, on which
+-- partitions; parked jobs of those types are ready again.
+local rt = route_table(pool)
+route_release(rt, pool)
+
 -- 4. Capacity. No live worker, no dispatch.
 local slots = 0
 for _, s in ipairs(redis.call('HVALS', wh)) do slots = slots + tonumber(s) end
@@ -80,7 +86,7 @@ local cap = 0
 if slots > 0 then cap = slots + prefetch - redis.call('ZCARD', inflight) end
 if cap > maxb then cap = maxb end
 
-local disp, exp, tps = {}, {}, {}
+local disp, exp, tps, parts = {}, {}, {}, {}
 local function expired(jk, id)
   local f = redis.call('HMGET', jk, 'attempt', 'tenant', 'created', 'ready', 'spec', 'history', 'rf')
   exp[#exp + 1] = id
@@ -131,7 +137,7 @@ if cap > 0 then
     end
   end
   local lease_until = now + lease
-  while popped < cap do
+  while popped < cap and route_room(rt) do
     local best
     for _, x in ipairs(ten) do
       if x.room > 0 and next(x.heads) ~= nil and (not best or x.vt < best.vt or (x.vt == best.vt and x.t < best.t)) then
@@ -161,6 +167,11 @@ if cap > 0 then
         redis.call('ZADD', outbox, now + retry_ms, id)
         expired(jk, id)
         gate_leave(jk, id, f[10], nil, best.t, f[13], f[9], now)
+      elseif not route_ok(rt, f[9]) then
+        -- No live worker takes its type: parked, out of the way (route.lua),
+        -- before any gate counts it.
+        route_park(rt, pool, jk, id, bh[2])
+        popped = popped - 1
       elseif not gate_admit(best.g, best.t, jk, id, bh[2], f[9], f[10], f[11], f[12], now) then
         popped = popped - 1 -- parked in its closed gate (gates.lua); the step goes on
         parked = parked + 1
@@ -178,6 +189,7 @@ if cap > 0 then
         for m = 3, 7 do disp[#disp + 1] = f[m] or '' end
         disp[#disp + 1] = lease_until
         tps[#tps + 1] = f[8] or ''
+        parts[#parts + 1] = route_partition(rt, f[9], now)
       end
     end
   end
@@ -188,6 +200,14 @@ if cap > 0 then
     end
   end
   if vnow > vnow0 then redis.call('SET', PP .. ':vnow', vnow) end
+end
+
+-- 5b. Parked jobs whose not_after passed expire as ready ones do.
+for _, id in ipairs(route_expiring(pool, now)) do
+  local jk = P .. 'job:' .. id
+  redis.call('HSET', jk, 'state', 'expiring')
+  redis.call('ZADD', outbox, now + retry_ms, id)
+  expired(jk, id)
 end
 
 -- 6. Expired jobs whose dlq record was not acknowledged in time: again.
@@ -219,7 +239,7 @@ for _, leases in ipairs({inflight, held}) do
 end
 local more = 0
 if cap > 0 and popped == cap and cap == maxb then more = 1 end
-if parked >= GATE_CHUNK then more = 1 end
+if parked >= GATE_CHUNK or rt.left or not route_room(rt) then more = 1 end
 
 local res = {next_due, next_lease, #disp / 8, #exp / 8, more}
 for _, v in ipairs(disp) do res[#res + 1] = v end
@@ -228,4 +248,6 @@ for _, v in ipairs(exp) do res[#res + 1] = v end
 -- the number of leases that expired in this step.
 for _, v in ipairs(tps) do res[#res + 1] = v end
 res[#res + 1] = lost
+-- Then the dispatched jobs' partitions, in order (-1: the job id's hash).
+for _, v in ipairs(parts) do res[#res + 1] = v end
 return res

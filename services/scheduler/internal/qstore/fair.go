@@ -152,6 +152,9 @@ type QueueState struct {
 	// when none is ready).
 	OldestReady time.Time
 	Paused      bool
+	// Unroutable counts the ready jobs parked because no live worker of
+	// their pool handles their type (route.go).
+	Unroutable int64
 }
 
 // Queues returns tenant's queues (those that held jobs, or are paused), by
@@ -182,7 +185,7 @@ func (s *Store) Queues(ctx context.Context, tenant string, pools []string) ([]Qu
 		}
 		out = append(out, q)
 	}
-	return out, nil
+	return out, s.fillUnroutable(ctx, tenant, pools, out)
 }
 
 // FairState is a tenant's fair-share state in one pool (for tests and

@@ -42,7 +42,7 @@ for _, t in ipairs(redis.call('HKEYS', PP .. ':vt')) do
   local tqk = PP .. ':tq:' .. t
   for _, q in ipairs(redis.call('SMEMBERS', tqk)) do
     local k = fair_tq(pool, q, t)
-    local empty = redis.call('ZCARD', k) == 0 and redis.call('ZCARD', k .. ':delayed') == 0
+    local empty = redis.call('ZCARD', k) == 0 and redis.call('ZCARD', k .. ':delayed') == 0 and redis.call('ZCARD', k .. ':parked') == 0
     tdropped = tdropped + sweep(PP .. ':tqidle', tqk, q, t .. '\n' .. q, empty)
   end
 end

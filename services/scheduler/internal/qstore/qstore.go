@@ -55,10 +55,11 @@ var (
 	//go:embed dispatch.lua
 	dispatchSrc string
 
-	// fair.lua (the fair-share helpers) and gates.lua (flow control) are
-	// the prelude of both scripts.
-	applyScript    = redis.NewScript(fairSrc + gatesSrc + applySrc)
-	dispatchScript = redis.NewScript(fairSrc + gatesSrc + dispatchSrc)
+	// fair.lua (the fair-share helpers), gates.lua (flow control) and
+	// route.lua (type-aware routing, route.go) are the prelude of both
+	// scripts.
+	applyScript    = redis.NewScript(fairSrc + gatesSrc + routeSrc + applySrc)
+	dispatchScript = redis.NewScript(fairSrc + gatesSrc + routeSrc + dispatchSrc)
 )
 
 // Options configure a Store.
@@ -294,13 +295,15 @@ func (b *Batch) Fail(jobID, dispatchID string, class schema.ErrorClass) {
 func (b *Batch) Cancel(jobID, tenantID string) { b.add("X", jobID, tenantID) }
 
 // Worker records a worker's announcement at now. A worker is live until
-// WorkerTTL after its announcement; Stopping removes it.
+// WorkerTTL after its announcement; Stopping removes it. Its routing (the
+// types it handles, the partitions it owns) decides what it is sent
+// (route.go).
 func (b *Batch) Worker(ws schema.WorkerStatus, expires time.Time) {
 	stopping := "0"
 	if ws.Stopping {
 		stopping = "1"
 	}
-	b.add("W", ws.Pool, ws.WorkerID, ws.Slots, expires.UnixMilli(), stopping)
+	b.add("W", ws.Pool, ws.WorkerID, ws.Slots, expires.UnixMilli(), stopping, routingArg(ws.Routing))
 }
 
 // HandBack re-queues, at the front, an attempt a stopping worker gave back.
@@ -328,6 +331,9 @@ type Template struct {
 	// TraceParent is the W3C traceparent of the enqueued attempt (dispatched
 	// templates only; see Batch.Trace).
 	TraceParent string
+	// Partition is the dispatch partition a worker handling the job's type
+	// owns (dispatched templates only; -1: the job id's hash decides).
+	Partition int32
 }
 
 // ApplyResult is the outcome of Apply.
@@ -513,6 +519,7 @@ func (s *Store) Dispatch(ctx context.Context, p DispatchParams) (DispatchResult,
 		i += 8
 	}
 	parseDispatchTrailer(v[i:], &res)
+	parseRoutes(v[min(i+len(res.Dispatched)+1, len(v)):], &res)
 	return res, nil
 }
 
