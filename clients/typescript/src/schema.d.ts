@@ -687,6 +687,357 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/breakers": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List the caller's circuit breakers
+         * @description Every breaker configured for a job type, and every one that is not closed (a type guarded by `*`), by type. One page.
+         */
+        get: operations["listBreakers"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/breakers/{type}/reset": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Close a circuit breaker now
+         * @description Closes the caller's breaker of the type and forgets its counted failures; its waiting jobs are dispatched again. The change is published on `ferry.breakers` (reason `reset`, the caller's key as actor) and audited. Resetting a closed breaker only forgets its failures.
+         */
+        post: operations["resetBreaker"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/concurrency/{key}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Show a concurrency key
+         * @description How many of the caller's jobs with the key hold a slot (running, or admitted and being dispatched) and how many wait. An unknown key answers zeros.
+         */
+        get: operations["getConcurrencyKey"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/rate-limits": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List the dispatch rate limits in effect
+         * @description The caller's dispatch rate limits as the scheduler applies them (set with `flow_control` on the tenant), with the jobs each holds back. One page.
+         */
+        get: operations["listRateLimits"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/jobs/{id}/callback/heartbeat": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Keep the attempt held
+         * @description Extends the attempt's lease by its `Ferry-Callback-Lease` and re-reports its latest progress. Send one at least once per lease (a third of it is a good interval); a missed lease makes the attempt `worker_lost` and dispatches it again. Body optional (`{}`). Authenticated by the job's callback token, not an API key; fenced by attempt and dispatch.
+         */
+        post: operations["callbackHeartbeat"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/jobs/{id}/callback/progress": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Report progress
+         * @description A `progress` event (SSE, webhooks, the job resource), which also extends the lease. Authenticated by the job's callback token, not an API key; fenced by attempt and dispatch.
+         */
+        post: operations["callbackProgress"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/jobs/{id}/callback/complete": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Complete the job
+         * @description A `completed` event with the result: the job succeeds. Idempotent: repeating it answers 200 with `applied: false`. Authenticated by the job's callback token, not an API key; fenced by attempt and dispatch.
+         */
+        post: operations["callbackComplete"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/jobs/{id}/callback/fail": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Fail the attempt
+         * @description A `failed` event: the scheduler retries (honouring `retry_after` for `retryable`) or dead-letters by its class, as for a worker's failure. Idempotent like complete. Authenticated by the job's callback token, not an API key; fenced by attempt and dispatch.
+         */
+        post: operations["callbackFail"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/console": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The web console
+         * @description The single page of the Ferry Console (docs/console.md); pages are addressed by URL fragment. Served with a strict Content-Security-Policy.
+         */
+        get: operations["consolePage"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/console/assets/*": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** A script, style sheet or icon of the console */
+        get: operations["consoleAsset"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/console/session": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The current session */
+        get: operations["consoleSession"];
+        put?: never;
+        /**
+         * Sign in: exchange a key for a session cookie
+         * @description Exchanges an API key or the admin key for a session cookie (`ferry_session`: HttpOnly, SameSite=Strict, Path=/, Secure over TLS or behind a proxy sending X-Forwarded-Proto: https) lasting FERRY_CONSOLE_SESSION_TTL. Only application/json is accepted, and a request whose Origin is another host is refused, so a page of another site cannot sign a browser in.
+         */
+        post: operations["consoleSignIn"];
+        /**
+         * Sign out
+         * @description Ends the session (needs the X-Ferry-CSRF header) and clears the cookie.
+         */
+        delete: operations["consoleSignOut"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/stats/throughput": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Jobs finished per minute, by outcome
+         * @description The caller's jobs that finished (succeeded, dead-lettered, cancelled) per minute over the last `minutes` minutes, from a per-minute table the status projection keeps exactly once (never a count over the jobs table). Kept for 24 h. The console's overview draws it.
+         */
+        get: operations["getThroughput"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/schedules": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List schedules
+         * @description The caller's schedules, oldest first, with cursor pagination.
+         */
+        get: operations["listSchedules"];
+        put?: never;
+        /**
+         * Create a schedule
+         * @description Creates a cron schedule whose fires submit its job template through the same validation and limits as POST /v1/jobs. See docs/schedules.md.
+         */
+        post: operations["createSchedule"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/schedules/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Get a schedule */
+        get: operations["getSchedule"];
+        put?: never;
+        post?: never;
+        /**
+         * Delete a schedule
+         * @description Deletes the schedule; jobs it created are not touched.
+         */
+        delete: operations["deleteSchedule"];
+        options?: never;
+        head?: never;
+        /**
+         * Change a schedule
+         * @description Changes the given fields. A new cron or timezone restarts the fire times from now; other changes keep them. The template is validated as on create.
+         */
+        patch: operations["updateSchedule"];
+        trace?: never;
+    };
+    "/v1/schedules/{id}/pause": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Pause a schedule
+         * @description Stops the fires; fire times that pass while paused are not caught up, and a fire waiting under queue_one is dropped. Idempotent.
+         */
+        post: operations["pauseSchedule"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/schedules/{id}/resume": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Resume a schedule
+         * @description Fires again from the next fire time after now. Idempotent.
+         */
+        post: operations["resumeSchedule"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/schedules/{id}/trigger": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Fire a schedule now
+         * @description Submits the schedule's job now, whatever its overlap policy and even while paused; the job becomes the schedule's last run. Refusals of the submission (limits, an invalid template) answer as POST /v1/jobs does.
+         */
+        post: operations["triggerSchedule"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -752,6 +1103,8 @@ export interface components {
             };
             /** @description Per-item key in a batch */
             idempotency_key?: string;
+            concurrency?: components["schemas"]["Concurrency"];
+            unique?: components["schemas"]["UniqueRequest"];
         };
         Job: {
             id: string;
@@ -784,8 +1137,16 @@ export interface components {
             } | null;
             trace_id?: string;
             redriven_from?: string;
+            unique?: components["schemas"]["Unique"];
             /** @description On submission answers only */
             deduplicated?: boolean;
+            /** @description The schedule whose fire created the job (absent for jobs submitted directly). */
+            schedule_id?: string;
+            /**
+             * @description Why a queued job does not run, when no live worker takes its type, e.g. "no worker handles type report.build". Absent otherwise. Such a job is never dead-lettered for it; it runs once a worker announcing its type joins, or expires by not_after (docs/workers.md).
+             * @example no worker handles type report.build
+             */
+            waiting?: string;
         };
         JobList: {
             jobs: components["schemas"]["Job"][];
@@ -856,6 +1217,7 @@ export interface components {
             disabled_at?: string | null;
             /** Format: date-time */
             created_at: string;
+            flow_control?: components["schemas"]["FlowControl"];
         };
         /** @description POST: name is required, id optional (generated). PATCH: absent fields stay as they are; 0 clears a tenant-specific limit (the service default applies where there is one); rate_limit null removes the rate limit. */
         TenantRequest: {
@@ -870,6 +1232,7 @@ export interface components {
             max_payload_bytes?: number;
             /** @description PATCH only. */
             disabled?: boolean;
+            flow_control?: components["schemas"]["FlowControl"];
         };
         TenantCreated: components["schemas"]["Tenant"] & {
             /** @description The tenant's first API key. Shown once; only its SHA-256 hash is stored. */
@@ -928,6 +1291,7 @@ export interface components {
                 max?: components["schemas"]["Duration"];
                 jitter?: number;
             };
+            concurrency?: components["schemas"]["Concurrency"];
         };
         /** @description One finished attempt of a job. */
         Attempt: {
@@ -1274,6 +1638,225 @@ export interface components {
             /** @description `whsec_` and the base64 of 32 random bytes; only in the answer of rotate, shown once */
             secret?: string;
         };
+        /** @description Concurrency key (docs/flow-control.md): at most `limit` jobs of the tenant carrying `key` run at once across the cluster; the others wait in order, without holding up other keys. The key and limit travel with every attempt and survive a scheduler state rebuild. */
+        Concurrency: {
+            /** @example customer-42 */
+            key: string;
+            /**
+             * @default 1
+             * @example 2
+             */
+            limit?: number;
+        };
+        /** @description A circuit breaker: `failures` failures of class app_error, retryable or timeout within `window` open it for `cooldown`; then one probe job runs (half-open): success closes it, failure opens it again. Unset fields take the defaults. */
+        BreakerConfig: {
+            /** @default 5 */
+            failures?: number;
+            /** @description Default 1m; 1s to 24h. */
+            window?: components["schemas"]["Duration"];
+            /** @description Default 30s; 1s to 24h. */
+            cooldown?: components["schemas"]["Duration"];
+        };
+        /** @description Dispatch flow control by job type (docs/flow-control.md), applied by the scheduler within about 2 s. A PATCH replaces it whole; null removes it. Breakers are off unless configured. */
+        FlowControl: {
+            /**
+             * @description Job type → dispatch token bucket: at most per_second starts per second, burst at once. Jobs over the limit wait (they never fail).
+             * @example {
+             *       "email.send": {
+             *         "per_second": 5,
+             *         "burst": 5
+             *       }
+             *     }
+             */
+            rate_limits?: {
+                [key: string]: {
+                    per_second: number;
+                    burst: number;
+                };
+            };
+            /**
+             * @description Job type, or `*` for every type without its own → circuit breaker.
+             * @example {
+             *       "*": {
+             *         "failures": 5,
+             *         "window": "1m",
+             *         "cooldown": "30s"
+             *       }
+             *     }
+             */
+            breakers?: {
+                [key: string]: components["schemas"]["BreakerConfig"];
+            };
+        } | null;
+        BreakerState: {
+            /** @description The job type the breaker guards. */
+            type: string;
+            /** @enum {string} */
+            state: "closed" | "open" | "half_open";
+            /**
+             * Format: date-time
+             * @description When an open breaker lets a probe through.
+             */
+            open_until: string | null;
+            /** @description The job a half-open breaker let through, null while none runs. */
+            probe_job_id: string | null;
+            /** @description Failures counted within the window. */
+            failures: number;
+            /** @description Jobs held back by the breaker. */
+            waiting: number;
+            config: components["schemas"]["BreakerConfig"];
+        };
+        CallbackAnswer: {
+            job_id: string;
+            attempt: number;
+            /** @enum {string} */
+            action: "heartbeat" | "progress" | "complete" | "fail";
+            /** @description true: the report was applied (its event produced); false: a repeat of the outcome this attempt already reported, which changes nothing */
+            applied: boolean;
+        };
+        CallbackProgress: {
+            percent: number;
+            /** @description Stored as event text: valid UTF-8, no NUL, at most 1024 bytes (longer is cut) */
+            message?: string;
+        };
+        CallbackComplete: {
+            /** @description Any JSON value Postgres jsonb can store (no \u0000, numbers within float64), at most 64 KiB; it becomes the job's result */
+            result?: unknown;
+        };
+        CallbackFail: {
+            /**
+             * @description The failure class: the scheduler retries or dead-letters as for a worker's failure
+             * @default app_error
+             * @enum {string}
+             */
+            class?: "app_error" | "retryable" | "permanent" | "timeout";
+            /** @description Stored as event text, at most 4096 bytes */
+            message?: string;
+            /** @description retryable: the earliest retry (0 to 24h) */
+            retry_after?: components["schemas"]["Duration"];
+        };
+        /** @description Unique job (docs/unique-jobs.md): while the tenant's job holding `key` is in the `while` state, and for at most `ttl`, another submission with `key` answers that job (200, deduplicated) instead of creating one. */
+        UniqueRequest: {
+            key: string;
+            /**
+             * @description queued: until its first attempt starts; active: while it waits for its first attempt or runs an attempt (not while it waits for a retry); until_done: until it succeeds, is dead-lettered or cancelled.
+             * @default until_done
+             * @enum {string}
+             */
+            while?: "queued" | "active" | "until_done";
+            /**
+             * @description How long the key holds at most, from the submission: 1s to 720h.
+             * @default 24h
+             */
+            ttl?: string;
+        };
+        Unique: {
+            key: string;
+            /** @enum {string} */
+            while: "queued" | "active" | "until_done";
+            /**
+             * Format: date-time
+             * @description When the key stops holding, whatever the job's state
+             */
+            until: string;
+        };
+        ConsoleSession: {
+            /** @description The tenant of the key; absent for the admin key. */
+            tenant_id?: string;
+            /** @description The id of the key signed in with ("admin" for the admin key); never the key. */
+            key_id: string;
+            admin: boolean;
+            /** @description Send it as the X-Ferry-CSRF header on every request that changes something and is authenticated by the session cookie. */
+            csrf_token: string;
+            /** Format: date-time */
+            expires_at: string;
+        };
+        Throughput: {
+            /** @description One entry per minute of the window, oldest first; zero where nothing finished. */
+            minutes: {
+                /** Format: date-time */
+                minute: string;
+                succeeded: number;
+                /** @description Jobs dead-lettered. */
+                failed: number;
+                cancelled: number;
+            }[];
+        };
+        /** @description A schedule to create (name, cron and job required) or the fields to change (PATCH: absent fields keep their value). See docs/schedules.md. */
+        ScheduleRequest: {
+            /** @description Unique within the tenant. */
+            name?: string;
+            /**
+             * @description 5 fields (minute hour day-of-month month day-of-week), 6 with a leading seconds field, a descriptor (@yearly, @monthly, @weekly, @daily, @hourly) or `@every <duration>` (whole seconds, at least 1s).
+             * @example 0 3 * * *
+             * @example *\/10 * * * * *
+             * @example @every 30s
+             */
+            cron?: string;
+            /**
+             * @description IANA time zone the expression is read in; default UTC. DST: a fire time in a skipped hour fires at the end of the gap, one in a repeated hour fires once (expressions naming hours); hourly expressions and @every follow the absolute clock.
+             * @example Europe/Berlin
+             */
+            timezone?: string;
+            /** @description The job each fire submits, validated and limited exactly as POST /v1/jobs; run_at, delay, not_after and idempotency_key are not allowed. */
+            job?: components["schemas"]["JobRequest"];
+            /**
+             * @description What a fire does while the previous run is queued or running. Default allow.
+             * @enum {string}
+             */
+            overlap?: "allow" | "skip" | "queue_one";
+            /**
+             * @description What happens to fire times missed while no firing loop ran. Default one.
+             * @enum {string}
+             */
+            catchup?: "skip" | "one" | "all";
+            /** @description Most missed fire times `all` fires (the latest ones). Default 10. */
+            catchup_limit?: number;
+            paused?: boolean;
+        };
+        Schedule: {
+            id: string;
+            tenant_id: string;
+            name: string;
+            cron: string;
+            timezone: string;
+            /** @description The job template as given (compact JSON). */
+            job: unknown;
+            /** @enum {string} */
+            overlap: "allow" | "skip" | "queue_one";
+            /** @enum {string} */
+            catchup: "skip" | "one" | "all";
+            catchup_limit: number;
+            paused: boolean;
+            /** @description The next 5 fire times (UTC); empty while paused or when the expression has no more. */
+            next_fire_times: string[];
+            /**
+             * Format: date-time
+             * @description queue_one: the fire time waiting for the previous run to finish.
+             */
+            queued_fire_at: string | null;
+            /**
+             * Format: date-time
+             * @description When the last job was created.
+             */
+            last_fire_at: string | null;
+            /** @description The last job created (also by trigger); the previous run of the overlap policy. */
+            last_job_id: string;
+            /** @description Why the last fire made no job (a refusal by the tenant's limits, an invalid template), or "". */
+            last_error: string;
+            /** @description Jobs created. */
+            fired: number;
+            /** @description Fire times that made no job (catch-up, overlap, refusals). */
+            skipped: number;
+            /** Format: date-time */
+            created_at: string;
+            /** Format: date-time */
+            updated_at: string;
+        };
+        ScheduleList: {
+            schedules: components["schemas"]["Schedule"][];
+            next_cursor: string;
+        };
     };
     responses: never;
     parameters: never;
@@ -1408,7 +1991,7 @@ export interface operations {
             };
         };
         responses: {
-            /** @description Deduplicated: the job of an earlier request with the same Idempotency-Key and body */
+            /** @description Deduplicated: the job of an earlier request with the same Idempotency-Key and body, or the job holding the submission's unique key (docs/unique-jobs.md) */
             200: {
                 headers: {
                     [name: string]: unknown;
@@ -1518,7 +2101,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorResponse"];
                 };
             };
-            /** @description A request with this Idempotency-Key is in flight */
+            /** @description A request with this Idempotency-Key is in flight (`idempotency_request_in_flight`), or the request holding the unique key is still in flight after 3 s (`unique_key_in_flight`); retry after Retry-After */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -1554,7 +2137,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorResponse"];
                 };
             };
-            /** @description Invalid fields (`validation_failed`, with `fields`; text holding NUL or invalid UTF-8 is invalid), a payload Postgres jsonb cannot store (`payload_unstorable`: a \u0000 escape, an unpaired surrogate escape, invalid UTF-8 or a number beyond 1e308; `fields` names its path, e.g. `payload.a[1]`), a run_at, delay or backoff beyond FERRY_API_MAX_DELAY (`run_at_too_far`), or `idempotency_key_reused` */
+            /** @description Invalid fields (`validation_failed`, with `fields`; text holding NUL or invalid UTF-8 is invalid), a payload Postgres jsonb cannot store (`payload_unstorable`: a \u0000 escape, an unpaired surrogate escape, invalid UTF-8 or a number beyond 1e308; `fields` names its path, e.g. `payload.a[1]`), a run_at, delay or backoff beyond FERRY_API_MAX_DELAY (`run_at_too_far`), a job type no worker announced lately when FERRY_API_UNKNOWN_TYPES=reject (`unknown_job_type`), or `idempotency_key_reused` */
             422: {
                 headers: {
                     [name: string]: unknown;
@@ -5465,6 +6048,8 @@ export interface operations {
                             running: number;
                             /** @description A paused queue keeps accepting jobs and dispatches none of them. */
                             paused: boolean;
+                            /** @description Jobs ready but waiting because no live worker of their pool handles their type (not counted in depth). They run as soon as a worker announcing the type joins; see docs/workers.md. */
+                            unroutable?: number;
                         }[];
                         next_cursor: string;
                     };
@@ -5515,6 +6100,8 @@ export interface operations {
                         running: number;
                         /** @description A paused queue keeps accepting jobs and dispatches none of them. */
                         paused: boolean;
+                        /** @description Jobs ready but waiting because no live worker of their pool handles their type (not counted in depth). They run as soon as a worker announcing the type joins; see docs/workers.md. */
+                        unroutable?: number;
                     };
                 };
             };
@@ -5572,6 +6159,8 @@ export interface operations {
                         running: number;
                         /** @description A paused queue keeps accepting jobs and dispatches none of them. */
                         paused: boolean;
+                        /** @description Jobs ready but waiting because no live worker of their pool handles their type (not counted in depth). They run as soon as a worker announcing the type joins; see docs/workers.md. */
+                        unroutable?: number;
                     };
                 };
             };
@@ -5856,6 +6445,1673 @@ export interface operations {
                      *       "error": {
                      *         "code": "signing_not_configured",
                      *         "message": "this api has no FERRY_SECRET_KEY: http signing secrets cannot be managed",
+                     *         "request_id": "host/abc-000001"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    listBreakers: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Breakers */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        breakers: components["schemas"]["BreakerState"][];
+                        next_cursor: string;
+                    };
+                };
+            };
+            /** @description No or an unknown API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    resetBreaker: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The job type, URL-escaped. */
+                type: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Closed */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        type: string;
+                        /** @enum {string} */
+                        state: "closed";
+                        /** @enum {string} */
+                        previous_state: "closed" | "open" | "half_open";
+                    };
+                };
+            };
+            /** @description No or an unknown API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Invalid path parameter (`validation_failed`) */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    getConcurrencyKey: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The concurrency key, URL-escaped. */
+                key: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The key */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        key: string;
+                        /** @description The limit the key's jobs carry (null when none runs or waits). */
+                        limit: number | null;
+                        running: number;
+                        waiting: number;
+                    };
+                };
+            };
+            /** @description No or an unknown API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Invalid path parameter (`validation_failed`) */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    listRateLimits: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Rate limits */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        rate_limits: {
+                            type: string;
+                            per_second: number;
+                            burst: number;
+                            waiting: number;
+                        }[];
+                        next_cursor: string;
+                    };
+                };
+            };
+            /** @description No or an unknown API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    callbackHeartbeat: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The job id (Ferry-Job-Id) */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Applied, or a repeat of the outcome already reported */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "job_id": "job_01913b7a-3c4d-7e5f-8a9b-0c1d2e3f4a5b",
+                     *       "attempt": 1,
+                     *       "action": "heartbeat",
+                     *       "applied": true
+                     *     }
+                     */
+                    "application/json": components["schemas"]["CallbackAnswer"];
+                };
+            };
+            /** @description Malformed JSON or an unknown field */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "invalid_json",
+                     *         "message": "malformed JSON at byte 12",
+                     *         "request_id": "host/abc-000001"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description No callback token, an invalid one (`invalid_callback_token`) or an expired one (`callback_token_expired`) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "invalid_callback_token",
+                     *         "message": "the callback token is not valid",
+                     *         "request_id": "host/abc-000001"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The token is for another job (`callback_token_mismatch`) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "callback_token_mismatch",
+                     *         "message": "the callback token is for another job",
+                     *         "request_id": "host/abc-000001"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description This attempt no longer holds the job (`attempt_superseded`): a newer attempt or dispatch took it, it already reported another outcome, the worker settled it, or the job finished or was cancelled. Stop working on it. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "attempt_superseded",
+                     *         "message": "this attempt no longer holds the job (a newer attempt or dispatch took it, it already reported its outcome, or the worker settled it); stop working on it; the job is running at attempt 2",
+                     *         "request_id": "host/abc-000001"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The event could not be produced (`unavailable`; a complete or fail is not recorded and may be sent again), or the api has no FERRY_SECRET_KEY (`callbacks_not_configured`) */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "unavailable",
+                     *         "message": "try again",
+                     *         "request_id": "host/abc-000001"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    callbackProgress: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The job id (Ferry-Job-Id) */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "percent": 40,
+                 *       "message": "rendered 4 of 10 pages"
+                 *     }
+                 */
+                "application/json": components["schemas"]["CallbackProgress"];
+            };
+        };
+        responses: {
+            /** @description Applied, or a repeat of the outcome already reported */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "job_id": "job_01913b7a-3c4d-7e5f-8a9b-0c1d2e3f4a5b",
+                     *       "attempt": 1,
+                     *       "action": "progress",
+                     *       "applied": true
+                     *     }
+                     */
+                    "application/json": components["schemas"]["CallbackAnswer"];
+                };
+            };
+            /** @description Malformed JSON or an unknown field */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "invalid_json",
+                     *         "message": "malformed JSON at byte 12",
+                     *         "request_id": "host/abc-000001"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description No callback token, an invalid one (`invalid_callback_token`) or an expired one (`callback_token_expired`) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "invalid_callback_token",
+                     *         "message": "the callback token is not valid",
+                     *         "request_id": "host/abc-000001"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The token is for another job (`callback_token_mismatch`) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "callback_token_mismatch",
+                     *         "message": "the callback token is for another job",
+                     *         "request_id": "host/abc-000001"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description This attempt no longer holds the job (`attempt_superseded`): a newer attempt or dispatch took it, it already reported another outcome, the worker settled it, or the job finished or was cancelled. Stop working on it. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "attempt_superseded",
+                     *         "message": "this attempt no longer holds the job (a newer attempt or dispatch took it, it already reported its outcome, or the worker settled it); stop working on it; the job is running at attempt 2",
+                     *         "request_id": "host/abc-000001"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Invalid report (`invalid_callback`) */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "invalid_callback",
+                     *         "message": "progress needs percent, a number from 0 to 100",
+                     *         "request_id": "host/abc-000001"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The event could not be produced (`unavailable`; a complete or fail is not recorded and may be sent again), or the api has no FERRY_SECRET_KEY (`callbacks_not_configured`) */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "unavailable",
+                     *         "message": "try again",
+                     *         "request_id": "host/abc-000001"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    callbackComplete: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The job id (Ferry-Job-Id) */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                /**
+                 * @example {
+                 *       "result": {
+                 *         "pages": 10,
+                 *         "url": "https://files.example/r/42.pdf"
+                 *       }
+                 *     }
+                 */
+                "application/json": components["schemas"]["CallbackComplete"];
+            };
+        };
+        responses: {
+            /** @description Applied, or a repeat of the outcome already reported */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "job_id": "job_01913b7a-3c4d-7e5f-8a9b-0c1d2e3f4a5b",
+                     *       "attempt": 1,
+                     *       "action": "complete",
+                     *       "applied": true
+                     *     }
+                     */
+                    "application/json": components["schemas"]["CallbackAnswer"];
+                };
+            };
+            /** @description Malformed JSON or an unknown field */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "invalid_json",
+                     *         "message": "malformed JSON at byte 12",
+                     *         "request_id": "host/abc-000001"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description No callback token, an invalid one (`invalid_callback_token`) or an expired one (`callback_token_expired`) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "invalid_callback_token",
+                     *         "message": "the callback token is not valid",
+                     *         "request_id": "host/abc-000001"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The token is for another job (`callback_token_mismatch`) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "callback_token_mismatch",
+                     *         "message": "the callback token is for another job",
+                     *         "request_id": "host/abc-000001"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description This attempt no longer holds the job (`attempt_superseded`): a newer attempt or dispatch took it, it already reported another outcome, the worker settled it, or the job finished or was cancelled. Stop working on it. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "attempt_superseded",
+                     *         "message": "this attempt no longer holds the job (a newer attempt or dispatch took it, it already reported its outcome, or the worker settled it); stop working on it; the job is running at attempt 2",
+                     *         "request_id": "host/abc-000001"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The result exceeds 64 KiB (`result_too_large`) */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "result_too_large",
+                     *         "message": "the result is 70000 bytes of JSON; at most 65536",
+                     *         "request_id": "host/abc-000001"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The result cannot be stored (`result_unstorable`) */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "result_unstorable",
+                     *         "message": "the result cannot be stored: a \\u0000 escape",
+                     *         "request_id": "host/abc-000001"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The event could not be produced (`unavailable`; a complete or fail is not recorded and may be sent again), or the api has no FERRY_SECRET_KEY (`callbacks_not_configured`) */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "unavailable",
+                     *         "message": "try again",
+                     *         "request_id": "host/abc-000001"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    callbackFail: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The job id (Ferry-Job-Id) */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                /**
+                 * @example {
+                 *       "class": "retryable",
+                 *       "message": "upstream busy",
+                 *       "retry_after": "30s"
+                 *     }
+                 */
+                "application/json": components["schemas"]["CallbackFail"];
+            };
+        };
+        responses: {
+            /** @description Applied, or a repeat of the outcome already reported */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "job_id": "job_01913b7a-3c4d-7e5f-8a9b-0c1d2e3f4a5b",
+                     *       "attempt": 1,
+                     *       "action": "fail",
+                     *       "applied": true
+                     *     }
+                     */
+                    "application/json": components["schemas"]["CallbackAnswer"];
+                };
+            };
+            /** @description Malformed JSON or an unknown field */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "invalid_json",
+                     *         "message": "malformed JSON at byte 12",
+                     *         "request_id": "host/abc-000001"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description No callback token, an invalid one (`invalid_callback_token`) or an expired one (`callback_token_expired`) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "invalid_callback_token",
+                     *         "message": "the callback token is not valid",
+                     *         "request_id": "host/abc-000001"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The token is for another job (`callback_token_mismatch`) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "callback_token_mismatch",
+                     *         "message": "the callback token is for another job",
+                     *         "request_id": "host/abc-000001"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description This attempt no longer holds the job (`attempt_superseded`): a newer attempt or dispatch took it, it already reported another outcome, the worker settled it, or the job finished or was cancelled. Stop working on it. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "attempt_superseded",
+                     *         "message": "this attempt no longer holds the job (a newer attempt or dispatch took it, it already reported its outcome, or the worker settled it); stop working on it; the job is running at attempt 2",
+                     *         "request_id": "host/abc-000001"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Invalid report (`invalid_callback`) */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "invalid_callback",
+                     *         "message": "class must be one of app_error, retryable, permanent, timeout",
+                     *         "request_id": "host/abc-000001"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The event could not be produced (`unavailable`; a complete or fail is not recorded and may be sent again), or the api has no FERRY_SECRET_KEY (`callbacks_not_configured`) */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "unavailable",
+                     *         "message": "try again",
+                     *         "request_id": "host/abc-000001"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    consolePage: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description HTML */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/html": string;
+                };
+            };
+        };
+    };
+    consoleAsset: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The file */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description No such file */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    consoleSession: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Signed in */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ConsoleSession"];
+                };
+            };
+            /** @description unauthorized: no session, or it ended */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    consoleSignIn: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    /** @description An API key (fry_…) or FERRY_ADMIN_KEY */
+                    key: string;
+                };
+            };
+        };
+        responses: {
+            /** @description Signed in; the cookie is set */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ConsoleSession"];
+                };
+            };
+            /** @description unauthorized: unknown or revoked key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description cross_origin: the request came from another origin */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description unsupported_media_type: not application/json */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description validation_failed: no key */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    consoleSignOut: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Signed out */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description unauthorized */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description csrf_token_invalid: no or wrong X-Ferry-CSRF header */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    getThroughput: {
+        parameters: {
+            query?: {
+                minutes?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Outcomes per minute */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Throughput"];
+                };
+            };
+            /** @description invalid_parameter: minutes out of range */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description unauthorized */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    listSchedules: {
+        parameters: {
+            query?: {
+                limit?: number;
+                cursor?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description One page of schedules */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "schedules": [
+                     *         {
+                     *           "id": "sch_0193f0c27b1e7c3d9a4b5c6d7e8f9a0b",
+                     *           "tenant_id": "acme",
+                     *           "name": "nightly-report",
+                     *           "cron": "30 2 * * *",
+                     *           "timezone": "Europe/Berlin",
+                     *           "job": {
+                     *             "type": "report.build",
+                     *             "payload": {
+                     *               "kind": "daily"
+                     *             }
+                     *           },
+                     *           "overlap": "skip",
+                     *           "catchup": "one",
+                     *           "catchup_limit": 10,
+                     *           "paused": false,
+                     *           "next_fire_times": [
+                     *             "2026-03-28T01:30:00Z",
+                     *             "2026-03-29T01:00:00Z",
+                     *             "2026-03-30T00:30:00Z",
+                     *             "2026-03-31T00:30:00Z",
+                     *             "2026-04-01T00:30:00Z"
+                     *           ],
+                     *           "queued_fire_at": null,
+                     *           "last_fire_at": "2026-03-27T01:30:00.004Z",
+                     *           "last_job_id": "job_019d2d3b-a050-7c3d-9a4b-5c6d7e8f9a0b",
+                     *           "last_error": "",
+                     *           "fired": 41,
+                     *           "skipped": 2,
+                     *           "created_at": "2026-02-15T10:00:00Z",
+                     *           "updated_at": "2026-03-27T01:30:00.006Z"
+                     *         }
+                     *       ],
+                     *       "next_cursor": ""
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ScheduleList"];
+                };
+            };
+            /** @description Bad limit or cursor */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "invalid_cursor",
+                     *         "message": "Bad limit or cursor",
+                     *         "request_id": "host/abc-000001"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    createSchedule: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "name": "nightly-report",
+                 *       "cron": "30 2 * * *",
+                 *       "timezone": "Europe/Berlin",
+                 *       "job": {
+                 *         "type": "report.build",
+                 *         "payload": {
+                 *           "kind": "daily"
+                 *         }
+                 *       },
+                 *       "overlap": "skip"
+                 *     }
+                 */
+                "application/json": components["schemas"]["ScheduleRequest"];
+            };
+        };
+        responses: {
+            /** @description The schedule */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "id": "sch_0193f0c27b1e7c3d9a4b5c6d7e8f9a0b",
+                     *       "tenant_id": "acme",
+                     *       "name": "nightly-report",
+                     *       "cron": "30 2 * * *",
+                     *       "timezone": "Europe/Berlin",
+                     *       "job": {
+                     *         "type": "report.build",
+                     *         "payload": {
+                     *           "kind": "daily"
+                     *         }
+                     *       },
+                     *       "overlap": "skip",
+                     *       "catchup": "one",
+                     *       "catchup_limit": 10,
+                     *       "paused": false,
+                     *       "next_fire_times": [
+                     *         "2026-03-28T01:30:00Z",
+                     *         "2026-03-29T01:00:00Z",
+                     *         "2026-03-30T00:30:00Z",
+                     *         "2026-03-31T00:30:00Z",
+                     *         "2026-04-01T00:30:00Z"
+                     *       ],
+                     *       "queued_fire_at": null,
+                     *       "last_fire_at": "2026-03-27T01:30:00.004Z",
+                     *       "last_job_id": "job_019d2d3b-a050-7c3d-9a4b-5c6d7e8f9a0b",
+                     *       "last_error": "",
+                     *       "fired": 41,
+                     *       "skipped": 2,
+                     *       "created_at": "2026-02-15T10:00:00Z",
+                     *       "updated_at": "2026-03-27T01:30:00.006Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Schedule"];
+                };
+            };
+            /** @description Body is not JSON or has unknown fields */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "unknown_field",
+                     *         "message": "Body is not JSON or has unknown fields",
+                     *         "request_id": "host/abc-000001"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description the tenant already has a schedule with this name */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "schedule_name_taken",
+                     *         "message": "the tenant already has a schedule with this name",
+                     *         "request_id": "host/abc-000001"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The template's payload is too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "payload_too_large",
+                     *         "message": "The template's payload is too large",
+                     *         "request_id": "host/abc-000001"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Invalid schedule: `invalid_schedule` (fields name the bad ones, `job.*` for the template), `invalid_timezone`, the template's own `validation_failed`, `run_at_too_far`, `payload_unstorable`; or `too_many_schedules` past FERRY_SCHEDULES_MAX_PER_TENANT. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "invalid_schedule",
+                     *         "message": "the schedule has invalid fields",
+                     *         "fields": {
+                     *           "cron": "expected exactly 5 fields, found 4: [* * * *]"
+                     *         },
+                     *         "request_id": "host/abc-000001"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    getSchedule: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Schedule id (`sch_…`). */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The schedule */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "id": "sch_0193f0c27b1e7c3d9a4b5c6d7e8f9a0b",
+                     *       "tenant_id": "acme",
+                     *       "name": "nightly-report",
+                     *       "cron": "30 2 * * *",
+                     *       "timezone": "Europe/Berlin",
+                     *       "job": {
+                     *         "type": "report.build",
+                     *         "payload": {
+                     *           "kind": "daily"
+                     *         }
+                     *       },
+                     *       "overlap": "skip",
+                     *       "catchup": "one",
+                     *       "catchup_limit": 10,
+                     *       "paused": false,
+                     *       "next_fire_times": [
+                     *         "2026-03-28T01:30:00Z",
+                     *         "2026-03-29T01:00:00Z",
+                     *         "2026-03-30T00:30:00Z",
+                     *         "2026-03-31T00:30:00Z",
+                     *         "2026-04-01T00:30:00Z"
+                     *       ],
+                     *       "queued_fire_at": null,
+                     *       "last_fire_at": "2026-03-27T01:30:00.004Z",
+                     *       "last_job_id": "job_019d2d3b-a050-7c3d-9a4b-5c6d7e8f9a0b",
+                     *       "last_error": "",
+                     *       "fired": 41,
+                     *       "skipped": 2,
+                     *       "created_at": "2026-02-15T10:00:00Z",
+                     *       "updated_at": "2026-03-27T01:30:00.006Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Schedule"];
+                };
+            };
+            /** @description No such schedule for this tenant */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "not_found",
+                     *         "message": "No such schedule for this tenant",
+                     *         "request_id": "host/abc-000001"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    deleteSchedule: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Schedule id (`sch_…`). */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Deleted */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description No such schedule for this tenant */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "not_found",
+                     *         "message": "No such schedule for this tenant",
+                     *         "request_id": "host/abc-000001"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    updateSchedule: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Schedule id (`sch_…`). */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "cron": "0 3 * * *",
+                 *       "overlap": "queue_one"
+                 *     }
+                 */
+                "application/json": components["schemas"]["ScheduleRequest"];
+            };
+        };
+        responses: {
+            /** @description The schedule after the change */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "id": "sch_0193f0c27b1e7c3d9a4b5c6d7e8f9a0b",
+                     *       "tenant_id": "acme",
+                     *       "name": "nightly-report",
+                     *       "cron": "30 2 * * *",
+                     *       "timezone": "Europe/Berlin",
+                     *       "job": {
+                     *         "type": "report.build",
+                     *         "payload": {
+                     *           "kind": "daily"
+                     *         }
+                     *       },
+                     *       "overlap": "skip",
+                     *       "catchup": "one",
+                     *       "catchup_limit": 10,
+                     *       "paused": false,
+                     *       "next_fire_times": [
+                     *         "2026-03-28T01:30:00Z",
+                     *         "2026-03-29T01:00:00Z",
+                     *         "2026-03-30T00:30:00Z",
+                     *         "2026-03-31T00:30:00Z",
+                     *         "2026-04-01T00:30:00Z"
+                     *       ],
+                     *       "queued_fire_at": null,
+                     *       "last_fire_at": "2026-03-27T01:30:00.004Z",
+                     *       "last_job_id": "job_019d2d3b-a050-7c3d-9a4b-5c6d7e8f9a0b",
+                     *       "last_error": "",
+                     *       "fired": 41,
+                     *       "skipped": 2,
+                     *       "created_at": "2026-02-15T10:00:00Z",
+                     *       "updated_at": "2026-03-27T01:30:00.006Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Schedule"];
+                };
+            };
+            /** @description No such schedule for this tenant */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "not_found",
+                     *         "message": "No such schedule for this tenant",
+                     *         "request_id": "host/abc-000001"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description the tenant already has a schedule with this name */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "schedule_name_taken",
+                     *         "message": "the tenant already has a schedule with this name",
+                     *         "request_id": "host/abc-000001"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Invalid schedule: `invalid_schedule` (fields name the bad ones, `job.*` for the template), `invalid_timezone`, the template's own `validation_failed`, `run_at_too_far`, `payload_unstorable`; or `too_many_schedules` past FERRY_SCHEDULES_MAX_PER_TENANT. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "invalid_schedule",
+                     *         "message": "the schedule has invalid fields",
+                     *         "fields": {
+                     *           "cron": "expected exactly 5 fields, found 4: [* * * *]"
+                     *         },
+                     *         "request_id": "host/abc-000001"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    pauseSchedule: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Schedule id (`sch_…`). */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The schedule after the change */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "id": "sch_0193f0c27b1e7c3d9a4b5c6d7e8f9a0b",
+                     *       "tenant_id": "acme",
+                     *       "name": "nightly-report",
+                     *       "cron": "30 2 * * *",
+                     *       "timezone": "Europe/Berlin",
+                     *       "job": {
+                     *         "type": "report.build",
+                     *         "payload": {
+                     *           "kind": "daily"
+                     *         }
+                     *       },
+                     *       "overlap": "skip",
+                     *       "catchup": "one",
+                     *       "catchup_limit": 10,
+                     *       "paused": false,
+                     *       "next_fire_times": [
+                     *         "2026-03-28T01:30:00Z",
+                     *         "2026-03-29T01:00:00Z",
+                     *         "2026-03-30T00:30:00Z",
+                     *         "2026-03-31T00:30:00Z",
+                     *         "2026-04-01T00:30:00Z"
+                     *       ],
+                     *       "queued_fire_at": null,
+                     *       "last_fire_at": "2026-03-27T01:30:00.004Z",
+                     *       "last_job_id": "job_019d2d3b-a050-7c3d-9a4b-5c6d7e8f9a0b",
+                     *       "last_error": "",
+                     *       "fired": 41,
+                     *       "skipped": 2,
+                     *       "created_at": "2026-02-15T10:00:00Z",
+                     *       "updated_at": "2026-03-27T01:30:00.006Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Schedule"];
+                };
+            };
+            /** @description No such schedule for this tenant */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "not_found",
+                     *         "message": "No such schedule for this tenant",
+                     *         "request_id": "host/abc-000001"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    resumeSchedule: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Schedule id (`sch_…`). */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The schedule after the change */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "id": "sch_0193f0c27b1e7c3d9a4b5c6d7e8f9a0b",
+                     *       "tenant_id": "acme",
+                     *       "name": "nightly-report",
+                     *       "cron": "30 2 * * *",
+                     *       "timezone": "Europe/Berlin",
+                     *       "job": {
+                     *         "type": "report.build",
+                     *         "payload": {
+                     *           "kind": "daily"
+                     *         }
+                     *       },
+                     *       "overlap": "skip",
+                     *       "catchup": "one",
+                     *       "catchup_limit": 10,
+                     *       "paused": false,
+                     *       "next_fire_times": [
+                     *         "2026-03-28T01:30:00Z",
+                     *         "2026-03-29T01:00:00Z",
+                     *         "2026-03-30T00:30:00Z",
+                     *         "2026-03-31T00:30:00Z",
+                     *         "2026-04-01T00:30:00Z"
+                     *       ],
+                     *       "queued_fire_at": null,
+                     *       "last_fire_at": "2026-03-27T01:30:00.004Z",
+                     *       "last_job_id": "job_019d2d3b-a050-7c3d-9a4b-5c6d7e8f9a0b",
+                     *       "last_error": "",
+                     *       "fired": 41,
+                     *       "skipped": 2,
+                     *       "created_at": "2026-02-15T10:00:00Z",
+                     *       "updated_at": "2026-03-27T01:30:00.006Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Schedule"];
+                };
+            };
+            /** @description No such schedule for this tenant */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "not_found",
+                     *         "message": "No such schedule for this tenant",
+                     *         "request_id": "host/abc-000001"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    triggerSchedule: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Schedule id (`sch_…`). */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The job created */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "id": "job_019d2d3b-a050-7c3d-9a4b-5c6d7e8f9a0b",
+                     *       "tenant_id": "acme",
+                     *       "type": "report.build",
+                     *       "queue": "default",
+                     *       "priority": 5,
+                     *       "pool": "short",
+                     *       "status": "queued",
+                     *       "attempt": 1,
+                     *       "max_attempts": 5,
+                     *       "payload": {
+                     *         "kind": "daily"
+                     *       },
+                     *       "tags": [],
+                     *       "created_at": "2026-03-27T09:12:00.004Z",
+                     *       "scheduled_for": "2026-03-27T09:12:00.004Z",
+                     *       "started_at": null,
+                     *       "finished_at": null,
+                     *       "progress": null,
+                     *       "result": null,
+                     *       "last_error": null,
+                     *       "schedule_id": "sch_0193f0c27b1e7c3d9a4b5c6d7e8f9a0b",
+                     *       "deduplicated": false
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Job"];
+                };
+            };
+            /** @description No such schedule for this tenant */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "not_found",
+                     *         "message": "No such schedule for this tenant",
+                     *         "request_id": "host/abc-000001"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The tenant's submission limits refuse the job */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "rate_limited",
+                     *         "message": "The tenant's submission limits refuse the job",
                      *         "request_id": "host/abc-000001"
                      *       }
                      *     }
