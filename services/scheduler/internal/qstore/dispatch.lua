@@ -189,7 +189,7 @@ if cap > 0 then
         for m = 3, 7 do disp[#disp + 1] = f[m] or '' end
         disp[#disp + 1] = lease_until
         tps[#tps + 1] = f[8] or ''
-        parts[#parts + 1] = route_partition(rt, f[9], now)
+        parts[#parts + 1] = route_partition(rt, f[9], id)
       end
     end
   end

@@ -278,7 +278,7 @@ func (b *bundle) countedDispatch(now time.Time) (int64, int64) {
 	b.t.Helper()
 	src := "local __R = redis\nlocal __n = 0\n" +
 		"local redis = setmetatable({call = function(...) __n = __n + 1 return __R.call(...) end}, {__index = __R})\n" +
-		"local function __body()\n" + fairSrc + gatesSrc + dispatchSrc + "\nend\nlocal res = __body()\nreturn {res[3], __n}\n"
+		"local function __body()\n" + prelude + dispatchSrc + "\nend\nlocal res = __body()\nreturn {res[3], __n}\n"
 	b.n++
 	v, err := redis.NewScript(src).Run(b.ctx, b.rdb, nil, b.store.opts.Prefix, schema.PoolShort, now.UnixMilli(),
 		b.store.opts.Lease.Milliseconds(), 0, 512, fmt.Sprintf("c%d", b.n), 60, 1000, "1", 1000).Int64Slice()

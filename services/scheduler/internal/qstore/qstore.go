@@ -55,11 +55,12 @@ var (
 	//go:embed dispatch.lua
 	dispatchSrc string
 
-	// fair.lua (the fair-share helpers), gates.lua (flow control) and
-	// route.lua (type-aware routing, route.go) are the prelude of both
-	// scripts.
-	applyScript    = redis.NewScript(fairSrc + gatesSrc + routeSrc + applySrc)
-	dispatchScript = redis.NewScript(fairSrc + gatesSrc + routeSrc + dispatchSrc)
+	// prelude is what both scripts start with: fair.lua (the fair-share
+	// helpers), gates.lua (flow control) and route.lua (type-aware
+	// routing, route.go).
+	prelude        = fairSrc + gatesSrc + routeSrc
+	applyScript    = redis.NewScript(prelude + applySrc)
+	dispatchScript = redis.NewScript(prelude + dispatchSrc)
 )
 
 // Options configure a Store.

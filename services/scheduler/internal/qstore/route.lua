@@ -27,7 +27,7 @@ local function route_forget(pool, w) redis.call('HDEL', route_pp(pool) .. ':wrou
 -- routing: it takes every type, on the partition its job id hashes to).
 local function route_table(pool)
   local pp = route_pp(pool)
-  local rt = {legacy = false, by = {}, rr = {}, moved = 0, left = false}
+  local rt = {legacy = false, by = {}, moved = 0, left = false}
   local owner, seen, routes = {}, {}, {}
   local ws = redis.call('ZRANGE', pp .. ':workers', 0, -1, 'WITHSCORES')
   for k = 1, #ws, 2 do
@@ -62,15 +62,17 @@ end
 -- route_ok: a job of type typ may be dispatched now.
 local function route_ok(rt, typ) return rt.legacy or rt.by[typ or ''] ~= nil end
 
--- route_partition is the dispatch partition of the next job of type typ:
--- one owned by a worker handling it, in turn, or -1 (the job id's hash)
--- when only workers without routing take it.
-local function route_partition(rt, typ, now)
+-- route_partition is the dispatch partition of job id of type typ: one
+-- owned by a worker handling it, or -1 (the job id's hash) when only
+-- workers without routing take it. The choice is a hash of the job id, not
+-- a turn, so that while the type's partitions stay the same every dispatch
+-- of a job (a re-dispatch after a lost lease or a Redis rebuild) reaches
+-- the same worker, which drops a duplicate of a job it runs or ran.
+local function route_partition(rt, typ, id)
   local l = rt.by[typ or '']
   if not l then return -1 end
-  local n = (rt.rr[typ] or now) + 1
-  rt.rr[typ] = n
-  return l[(n % #l) + 1]
+  local h = tonumber(string.sub(redis.sha1hex(id), 1, 7), 16)
+  return l[(h % #l) + 1]
 end
 
 -- route_room: the step may park or release more jobs.
