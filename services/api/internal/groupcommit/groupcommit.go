@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // ProduceFunc produces records and returns one result per record, in order
@@ -39,6 +40,8 @@ type Committer[S any] struct {
 
 // request is one caller's records and, once flushed, their results.
 type request[S any] struct {
+	// span is the caller's trace span: its records carry its traceparent.
+	span trace.Span
 	recs []*kgo.Record
 	side S
 	errs []error
@@ -67,7 +70,7 @@ func (c *Committer[S]) Produce(ctx context.Context, side S, recs ...*kgo.Record)
 	if len(recs) == 0 {
 		return nil
 	}
-	r := &request[S]{recs: recs, side: side, done: make(chan struct{})}
+	r := &request[S]{span: trace.SpanFromContext(ctx), recs: recs, side: side, done: make(chan struct{})}
 	c.mu.Lock()
 	c.waiting = append(c.waiting, r)
 	if !c.busy {
@@ -108,11 +111,21 @@ func (c *Committer[S]) flushLoop() {
 func (c *Committer[S]) flush(group []*request[S]) {
 	var recs []*kgo.Record
 	sides := make([]S, len(group))
-	for i, r := range group {
-		recs, sides[i] = append(recs, r.recs...), r.side
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 	defer cancel()
+	for i, r := range group {
+		// Each record is produced under the group's deadline but in its
+		// own request's trace, so the job keeps the trace of the request
+		// that submitted it (the producer's hooks inject the traceparent
+		// from the record's context).
+		rctx := trace.ContextWithSpan(ctx, r.span)
+		for _, rec := range r.recs {
+			if rec.Context == nil {
+				rec.Context = rctx
+			}
+		}
+		recs, sides[i] = append(recs, r.recs...), r.side
+	}
 	var side sync.WaitGroup
 	if c.alongside != nil {
 		side.Go(func() { c.alongside(ctx, sides) })
