@@ -37,7 +37,14 @@ def main() -> None:
     except FerryError as e:
         check(e.status == 404 and e.code == "not_found", e)
 
+    # Lists read the status projection, which follows the log a moment
+    # behind the 202 (GET of a just-submitted job is served from a cache).
     page = ferry.list(tags=[tag])
+    for _ in range(100):
+        if page["jobs"]:
+            break
+        time.sleep(0.1)
+        page = ferry.list(tags=[tag])
     check([j["id"] for j in page["jobs"]] == [job_id], page)
     check([j["id"] for j in ferry.iter_jobs(tags=[tag], limit=1)] == [job_id], "iter_jobs")
 

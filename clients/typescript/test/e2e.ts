@@ -28,7 +28,13 @@ async function main(): Promise<void> {
   const missing = await ferry.GET("/v1/jobs/{id}", { params: { path: { id: "job_00000000-0000-7000-8000-000000000000" } } });
   check(missing.response.status === 404 && missing.error?.error.code === "not_found", `get unknown: ${missing.response.status}`);
 
-  const list = await ferry.GET("/v1/jobs", { params: { query: { tag: [tag] } } });
+  // Lists read the status projection, which follows the log a moment
+  // behind the 202 (GET of a just-submitted job is served from a cache).
+  let list = await ferry.GET("/v1/jobs", { params: { query: { tag: [tag] } } });
+  for (let i = 0; i < 100 && list.data?.jobs.length === 0; i++) {
+    await new Promise((r) => setTimeout(r, 100));
+    list = await ferry.GET("/v1/jobs", { params: { query: { tag: [tag] } } });
+  }
   check(list.data?.jobs.length === 1 && list.data.jobs[0].id === id, `list by tag: ${JSON.stringify(list.data)}`);
 
   const seen: string[] = [];
