@@ -8,7 +8,8 @@ package qstore
 //
 //   - pops a job only when a live worker handles its type, and returns with
 //     it the partition to produce its dispatch to: one owned by such a
-//     worker, in turn (Template.Partition; -1 when only workers without
+//     worker, chosen by a hash of the job id so every dispatch of a job
+//     reaches the same worker (Template.Partition; -1 when only workers without
 //     routing, from before it, take the type: the job id's hash decides);
 //   - parks a popped job whose type no live worker takes: it leaves the
 //     ready sets, so the jobs behind it go on (no head-of-line blocking),
