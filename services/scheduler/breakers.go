@@ -236,6 +236,11 @@ var breakerMetrics = sync.OnceValue(func() breakerInstruments {
 // breakers not closed (over every tenant: labels stay bounded); call the
 // returned function to unregister them.
 func (s *Service) registerGateGauges() func() {
+	// The transitions counter is exported from the start, at zero per
+	// state, so a dashboard or alert on it never sees a missing series.
+	for _, to := range []string{"open", "half_open", "closed"} {
+		breakerMetrics().transitions.Add(context.Background(), 0, metric.WithAttributes(attribute.String("to", to)))
+	}
 	m := otel.Meter("ferry/scheduler")
 	parked, err1 := m.Int64ObservableGauge(MetricGateParked, metric.WithUnit("{job}"),
 		metric.WithDescription("Jobs held back by flow control, by gate (concurrency, rate_limit, breaker)."))
