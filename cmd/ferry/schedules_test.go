@@ -226,15 +226,26 @@ func TestSchedulesOverlapSkip(t *testing.T) {
 		return sc["fired"].(float64) >= 3 && sc["skipped"].(float64) >= 3
 	})
 	e.call("POST", "/v1/schedules/"+id+"/pause", nil)
-	code, list := e.call("GET", "/v1/jobs?limit=100", nil)
-	if code != http.StatusOK {
-		t.Fatal(code)
-	}
-	var jobs []map[string]any
-	for _, j := range list["jobs"].([]any) {
-		if j := j.(map[string]any); j["schedule_id"] == id {
-			jobs = append(jobs, e.waitStatus(j["id"].(string), "succeeded", 30*time.Second))
+	_, sc = e.call("GET", "/v1/schedules/"+id, nil)
+	fired := int(sc["fired"].(float64))
+	// The list reads the status projection, a moment behind the fires.
+	var ids []string
+	waitFor(t, 30*time.Second, "every fired job listed", func() bool {
+		code, list := e.call("GET", "/v1/jobs?limit=100", nil)
+		if code != http.StatusOK {
+			t.Fatal(code)
 		}
+		ids = ids[:0]
+		for _, j := range list["jobs"].([]any) {
+			if j := j.(map[string]any); j["schedule_id"] == id {
+				ids = append(ids, j["id"].(string))
+			}
+		}
+		return len(ids) >= fired
+	})
+	var jobs []map[string]any
+	for _, jid := range ids {
+		jobs = append(jobs, e.waitStatus(jid, "succeeded", 30*time.Second))
 	}
 	sort.Slice(jobs, func(i, j int) bool {
 		return parseTime(t, jobs[i]["created_at"]).Before(parseTime(t, jobs[j]["created_at"]))
