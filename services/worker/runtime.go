@@ -480,38 +480,10 @@ func (s *Service) process(hardCtx context.Context, q queued) {
 		return
 	}
 	log := s.log.With(append(telemetry.JobAttrs(d.JobRef, q.rec.Context), "dispatch_id", d.DispatchID)...)
-	s.mu.Lock()
-	if g, ok := s.assigned[q.rec.Partition]; !ok || g != q.gen {
-		s.mu.Unlock()
-		log.Debug("dropping dispatch of a revoked partition")
+	r, h := s.admit(hardCtx, q, d, log)
+	if r == nil {
 		return
 	}
-	h, found := s.reg.Lookup(d.Job.Type)
-	if !found {
-		s.mu.Unlock()
-		s.reject(hardCtx, q.rec, d, log)
-		return
-	}
-	if out := s.unreportedLocked(d); out != nil {
-		r := &run{ref: d.JobRef, dispatchID: d.DispatchID}
-		s.running[d.JobID] = r
-		s.mu.Unlock()
-		s.consumer.MarkCommitRecords(q.rec)
-		s.reReport(q.rec, r, out, log)
-		return
-	}
-	if reason := s.dropReasonLocked(d); reason != "" {
-		s.mu.Unlock()
-		log.Info("dropping dispatch", "reason", reason)
-		s.consumer.MarkCommitRecords(q.rec)
-		return
-	}
-	r := &run{ref: d.JobRef, dispatchID: d.DispatchID}
-	s.running[d.JobID] = r
-	s.seen.Put(d.JobID, seenJob{attempt: d.Attempt, dispatchID: d.DispatchID})
-	s.mu.Unlock()
-	s.consumer.MarkCommitRecords(q.rec)
-
 	traceCtx, span := s.tracer.WithProcessSpan(q.rec)
 	defer span.End()
 	traceCtx = context.WithoutCancel(traceCtx)
@@ -525,9 +497,53 @@ func (s *Service) process(hardCtx context.Context, q queued) {
 		}, false, log)
 		return
 	}
+	s.execute(hardCtx, traceCtx, r, h, d, startedAt, log)
+}
 
-	// The handler span: started, progress and the terminal event are
-	// produced inside it, so they continue the job's trace.
+// admit decides, under the lock, whether this worker runs dispatch d: not
+// for a revoked partition, a type it lacks (rejected, never failed), a job
+// whose outcome it still has to report (re-reported) or a duplicate. It
+// returns the run and its handler, or nil when the dispatch was dealt with.
+func (s *Service) admit(hardCtx context.Context, q queued, d schema.Dispatch, log *slog.Logger) (*run, HandlerFunc) {
+	s.mu.Lock()
+	if g, ok := s.assigned[q.rec.Partition]; !ok || g != q.gen {
+		s.mu.Unlock()
+		log.Debug("dropping dispatch of a revoked partition")
+		return nil, nil
+	}
+	h, found := s.reg.Lookup(d.Job.Type)
+	if !found {
+		s.mu.Unlock()
+		s.reject(hardCtx, q.rec, d, log)
+		return nil, nil
+	}
+	if out := s.unreportedLocked(d); out != nil {
+		r := &run{ref: d.JobRef, dispatchID: d.DispatchID}
+		s.running[d.JobID] = r
+		s.mu.Unlock()
+		s.consumer.MarkCommitRecords(q.rec)
+		s.reReport(q.rec, r, out, log)
+		return nil, nil
+	}
+	if reason := s.dropReasonLocked(d); reason != "" {
+		s.mu.Unlock()
+		log.Info("dropping dispatch", "reason", reason)
+		s.consumer.MarkCommitRecords(q.rec)
+		return nil, nil
+	}
+	r := &run{ref: d.JobRef, dispatchID: d.DispatchID}
+	s.running[d.JobID] = r
+	s.seen.Put(d.JobID, seenJob{attempt: d.Attempt, dispatchID: d.DispatchID})
+	s.mu.Unlock()
+	s.consumer.MarkCommitRecords(q.rec)
+	return r, h
+}
+
+// execute runs the handler of an admitted dispatch inside the handler span
+// (started, progress and the terminal event continue the job's trace),
+// bounded by the job's timeout, its cancellation and shutdown, and settles
+// the attempt.
+func (s *Service) execute(hardCtx, traceCtx context.Context, r *run, h HandlerFunc, d schema.Dispatch, startedAt time.Time, log *slog.Logger) {
 	traceCtx, hspan := s.startHandlerSpan(traceCtx, d, startedAt)
 	jobCtx, cancel := context.WithCancelCause(traceCtx)
 	defer cancel(nil)
@@ -540,12 +556,9 @@ func (s *Service) process(hardCtx context.Context, q queued) {
 	}
 	s.mu.Lock()
 	r.cancel = cancel
-	cancelled := false
-	if sj, _ := s.seen.Get(d.JobID); sj.cancelled || sj.completed {
-		cancelled = true
-	}
+	sj, _ := s.seen.Get(d.JobID)
 	s.mu.Unlock()
-	if cancelled {
+	if sj.cancelled || sj.completed {
 		cancel(errJobCancelled)
 	}
 
@@ -557,30 +570,35 @@ func (s *Service) process(hardCtx context.Context, q queued) {
 	}, rep.report)
 
 	result, herr := call(jobCtx, h, job)
-	finishedAt := time.Now().UTC()
+	end := attemptEnd{startedAt: startedAt, finishedAt: time.Now().UTC(), result: result, err: herr, cause: context.Cause(jobCtx)}
 	rep.stop()
+	defer s.endHandler(hspan, d, startedAt, end.finishedAt, herr, end.cause)
+	s.settle(traceCtx, r, d, rep, end, log)
+}
 
-	cause := context.Cause(jobCtx)
-	defer s.endHandler(hspan, d, startedAt, finishedAt, herr, cause)
-	base := schema.Failed{JobRef: d.JobRef, WorkerID: s.cfg.WorkerID, DispatchID: d.DispatchID, StartedAt: startedAt, FinishedAt: finishedAt}
+// attemptEnd is how a handler call ended: its result or error, and why its
+// context ended (nil: it did not).
+type attemptEnd struct {
+	startedAt, finishedAt time.Time
+	result                any
+	err, cause            error
+}
+
+// settle reports the attempt's outcome: completed, detached to another
+// system, handed back on shutdown, or failed with the class its end says.
+func (s *Service) settle(traceCtx context.Context, r *run, d schema.Dispatch, rep *reporter, end attemptEnd, log *slog.Logger) {
+	base := schema.Failed{JobRef: d.JobRef, WorkerID: s.cfg.WorkerID, DispatchID: d.DispatchID, StartedAt: end.startedAt, FinishedAt: end.finishedAt}
 	var detached *Detached
-	switch {
+	switch herr, cause := end.err, end.cause; {
 	case herr == nil:
 		s.finish(traceCtx, r, &schema.Completed{
 			JobRef: d.JobRef, WorkerID: s.cfg.WorkerID, DispatchID: d.DispatchID,
-			Result: s.encodeResult(result, log), StartedAt: startedAt, FinishedAt: finishedAt,
+			Result: s.encodeResult(end.result, log), StartedAt: end.startedAt, FinishedAt: end.finishedAt,
 		}, true, log)
 	case errors.As(herr, &detached) && cause == nil:
 		s.detach(traceCtx, r, rep.last(), detached, log)
 	case errors.Is(cause, errShutdown):
-		s.mu.Lock()
-		if !r.abandoned {
-			r.abandoned = true
-			s.handedBack = append(s.handedBack, d.JobRef)
-		}
-		delete(s.running, d.JobID)
-		s.mu.Unlock()
-		log.Info("handing back job stopped by shutdown")
+		s.handBack(r, d, log)
 	case errors.Is(cause, errJobCancelled):
 		base.Error = schema.ErrorInfo{Class: schema.ClassCancelled, Message: "job cancelled while running"}
 		s.finish(traceCtx, r, &base, false, log)
@@ -593,6 +611,19 @@ func (s *Service) process(hardCtx context.Context, q queued) {
 		base.RetryAfter = schema.Duration(retryAfter)
 		s.finish(traceCtx, r, &base, false, log)
 	}
+}
+
+// handBack records a job stopped by shutdown as handed back (the stop
+// announcement returns it to the scheduler at the same attempt).
+func (s *Service) handBack(r *run, d schema.Dispatch, log *slog.Logger) {
+	s.mu.Lock()
+	if !r.abandoned {
+		r.abandoned = true
+		s.handedBack = append(s.handedBack, d.JobRef)
+	}
+	delete(s.running, d.JobID)
+	s.mu.Unlock()
+	log.Info("handing back job stopped by shutdown")
 }
 
 // detach hands r's attempt to the system that took it over (see Detached):
