@@ -175,46 +175,8 @@ func (s *Service) Run(ctx context.Context) error {
 	statusStop()
 	status.Wait()
 	s.announce(context.WithoutCancel(ctx), true, nil)
-	done := make(chan struct{})
-	go func() { runners.Wait(); close(done) }()
-	grace := time.NewTimer(s.cfg.Grace)
-	select {
-	case <-done:
-		grace.Stop()
-	case <-grace.C:
-		s.log.Warn("grace period over: cancelling running handlers", "running", s.runningCount())
-		hardCancel(errShutdown)
-		select {
-		case <-done:
-		case <-time.After(5 * time.Second):
-			s.log.Error("handlers ignore cancellation; handing their jobs back anyway", "running", s.runningCount())
-		}
-	}
-	s.mu.Lock()
-	s.abandoned = true
-	for _, r := range s.running {
-		if !r.abandoned {
-			r.abandoned = true
-			s.handedBack = append(s.handedBack, r.ref)
-		}
-	}
-	s.mu.Unlock()
-	// Dispatches never started are handed back too; commit past them so
-	// no other worker re-reads them: the scheduler re-dispatches them.
-drain:
-	for {
-		select {
-		case q := <-s.queue:
-			if d, ok := s.decode(q.rec); ok {
-				s.mu.Lock()
-				s.handedBack = append(s.handedBack, d.JobRef)
-				s.mu.Unlock()
-			}
-			consumer.MarkCommitRecords(q.rec)
-		default:
-			break drain
-		}
-	}
+	s.awaitRunners(&runners, hardCancel)
+	s.handBackUnfinished()
 	s.mu.Lock()
 	handedBack := slices.Clone(s.handedBack)
 	s.mu.Unlock()
@@ -232,6 +194,54 @@ drain:
 	bg.Wait()
 	s.log.Info("worker stopped", "handed_back", len(handedBack))
 	return nil
+}
+
+// awaitRunners waits for the running handlers for the grace period, then
+// cancels them (errShutdown) and waits 5 s more for them to return.
+func (s *Service) awaitRunners(runners *sync.WaitGroup, hardCancel context.CancelCauseFunc) {
+	done := make(chan struct{})
+	go func() { runners.Wait(); close(done) }()
+	grace := time.NewTimer(s.cfg.Grace)
+	select {
+	case <-done:
+		grace.Stop()
+	case <-grace.C:
+		s.log.Warn("grace period over: cancelling running handlers", "running", s.runningCount())
+		hardCancel(errShutdown)
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			s.log.Error("handlers ignore cancellation; handing their jobs back anyway", "running", s.runningCount())
+		}
+	}
+}
+
+// handBackUnfinished adds to the handed-back jobs those still running and
+// the dispatches never started; it commits past the latter so no other
+// worker re-reads them: the scheduler re-dispatches them.
+func (s *Service) handBackUnfinished() {
+	s.mu.Lock()
+	s.abandoned = true
+	for _, r := range s.running {
+		if !r.abandoned {
+			r.abandoned = true
+			s.handedBack = append(s.handedBack, r.ref)
+		}
+	}
+	s.mu.Unlock()
+	for {
+		select {
+		case q := <-s.queue:
+			if d, ok := s.decode(q.rec); ok {
+				s.mu.Lock()
+				s.handedBack = append(s.handedBack, d.JobRef)
+				s.mu.Unlock()
+			}
+			s.consumer.MarkCommitRecords(q.rec)
+		default:
+			return
+		}
+	}
 }
 
 // newCancelConsumer reads the cancelled topic from its current end, with no
