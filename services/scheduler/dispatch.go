@@ -122,27 +122,10 @@ func (s *Service) stepGated(ctx context.Context, pool string, prefetch int) (qst
 	return s.step(ctx, pool, prefetch, sync.OnceFunc(s.gate.RUnlock))
 }
 
-// step runs one dispatch step of pool with prefetch dispatches allowed
-// beyond its live slots, and produces its records without waiting for them:
-// the loop can lease the next jobs while they are acknowledged. Once every
-// record is acknowledged (or failed), a goroutine releases the jobs whose
-// dispatch could not be produced and acknowledges the expired jobs' dead
-// letters, then calls done. done is called exactly once, on every path.
-func (s *Service) step(ctx context.Context, pool string, prefetch int, done func()) (qstore.DispatchResult, error) {
-	// Once the step starts it runs to the end: a reply lost to a cancel
-	// would leave jobs leased but never handed out until their lease expires.
-	ctx = context.WithoutCancel(ctx)
-	res, err := s.store.Dispatch(ctx, qstore.DispatchParams{
-		Pool: pool, Now: s.cfg.Now(), Prefetch: prefetch, MaxBatch: s.cfg.MaxBatch,
-		DispatchIDPrefix: schema.NewEventID(),
-	})
-	if err != nil || (len(res.Dispatched) == 0 && len(res.Expired) == 0) {
-		done()
-		return res, err
-	}
-	// Leased jobs are handed out even if ctx ends now; a lost produce is
-	// released below or recovered when the lease expires.
-	pctx, cancel := context.WithTimeout(ctx, produceTimeout)
+// stepRecords are the records of a dispatch step: a dispatch per leased
+// job and a dead letter per expired one, each with the template it came
+// from; a job whose dispatch cannot be encoded is to be released.
+func (s *Service) stepRecords(pool string, res qstore.DispatchResult) ([]*kgo.Record, map[*kgo.Record]qstore.Template, qstore.Batch) {
 	topic := s.deps.Topics.Dispatch(pool)
 	recs := make([]*kgo.Record, 0, len(res.Dispatched)+len(res.Expired))
 	owner := make(map[*kgo.Record]qstore.Template, cap(recs))
@@ -174,6 +157,31 @@ func (s *Service) step(ctx context.Context, pool string, prefetch int, done func
 		recs = append(recs, rec)
 		owner[rec] = t
 	}
+	return recs, owner, release
+}
+
+// step runs one dispatch step of pool with prefetch dispatches allowed
+// beyond its live slots, and produces its records without waiting for them:
+// the loop can lease the next jobs while they are acknowledged. Once every
+// record is acknowledged (or failed), a goroutine releases the jobs whose
+// dispatch could not be produced and acknowledges the expired jobs' dead
+// letters, then calls done. done is called exactly once, on every path.
+func (s *Service) step(ctx context.Context, pool string, prefetch int, done func()) (qstore.DispatchResult, error) {
+	// Once the step starts it runs to the end: a reply lost to a cancel
+	// would leave jobs leased but never handed out until their lease expires.
+	ctx = context.WithoutCancel(ctx)
+	res, err := s.store.Dispatch(ctx, qstore.DispatchParams{
+		Pool: pool, Now: s.cfg.Now(), Prefetch: prefetch, MaxBatch: s.cfg.MaxBatch,
+		DispatchIDPrefix: schema.NewEventID(),
+	})
+	if err != nil || (len(res.Dispatched) == 0 && len(res.Expired) == 0) {
+		done()
+		return res, err
+	}
+	// Leased jobs are handed out even if ctx ends now; a lost produce is
+	// released below or recovered when the lease expires.
+	pctx, cancel := context.WithTimeout(ctx, produceTimeout)
+	recs, owner, release := s.stepRecords(pool, res)
 	s.observeDispatch(pctx, pool, res, recs, owner) // traces and metrics (observe.go)
 	routeDispatches(pctx, recs, owner)              // to a worker handling the type (route.go)
 
