@@ -47,8 +47,17 @@ type bundle struct {
 // behind a real HTTP server. listen, if not nil, wraps the server's listener.
 func setup(t *testing.T, cfg Config, listen func(net.Listener) net.Listener) *bundle {
 	t.Helper()
-	b := &bundle{deps: testenv.Deps(t, Needs)}
-	b.keyA, b.keyB = testenv.Tenant(t, b.deps.Postgres, "acme"), testenv.Tenant(t, b.deps.Postgres, "globex")
+	deps := testenv.Deps(t, Needs)
+	keyA, keyB := testenv.Tenant(t, deps.Postgres, "acme"), testenv.Tenant(t, deps.Postgres, "globex")
+	return start(t, deps, keyA, keyB, cfg, listen)
+}
+
+// start runs a process of the service over deps behind its own HTTP
+// server: setup's, or another replica (a restart) over the same Postgres
+// and Kafka.
+func start(t *testing.T, deps *service.Deps, keyA, keyB string, cfg Config, listen func(net.Listener) net.Listener) *bundle {
+	t.Helper()
+	b := &bundle{deps: deps, keyA: keyA, keyB: keyB}
 	if cfg.JobGrace == 0 {
 		cfg.JobGrace = 3 * time.Second
 	}
@@ -716,28 +725,6 @@ func TestLogWritesNothingToPostgres(t *testing.T) {
 	}
 }
 
-// replica starts a second process of the service (a restart, or another
-// replica) over the same Postgres and Kafka, behind its own HTTP server.
-func (b *bundle) replica(t *testing.T, cfg Config) *bundle {
-	t.Helper()
-	r := &bundle{deps: b.deps, keyA: b.keyA, keyB: b.keyB}
-	var err error
-	if r.svc, err = New(b.deps, cfg); err != nil {
-		t.Fatal(err)
-	}
-	testenv.Run(t, r.svc)
-	ctx, cancel := context.WithCancel(context.Background())
-	r.srv = httptest.NewUnstartedServer(testenv.Router(b.deps, "sse-bridge", r.svc))
-	r.srv.Config.BaseContext = func(net.Listener) context.Context { return ctx }
-	r.srv.Start()
-	t.Cleanup(func() {
-		cancel()
-		r.srv.CloseClientConnections()
-		r.srv.Close()
-	})
-	return r
-}
-
 // TestReplicaReadsBackKafkaAndResetsForeignIDs: a process started after a
 // job ran (a restart, or another replica) reads the recent past back from
 // Kafka, so the job's stream replays its history in order; an id another
@@ -749,7 +736,7 @@ func TestReplicaReadsBackKafkaAndResetsForeignIDs(t *testing.T) {
 	b.produceLogged(t, j.enqueued(), j.started(), j.progress(50, "half"), j.completed())
 	first := b.open(t, b.keyA, "/v1/jobs/job_rep/events", "").expect(t, "enqueued", "started", "progress", "completed")
 
-	r := b.replica(t, Config{JobGrace: 10 * time.Second})
+	r := start(t, b.deps, b.keyA, b.keyB, Config{JobGrace: 10 * time.Second}, nil)
 	got := r.open(t, r.keyA, "/v1/jobs/job_rep/events", "").expect(t, "enqueued", "started", "progress", "completed")
 	for i := range got {
 		if got[i].payload(t)["id"] != first[i].payload(t)["id"] {
