@@ -237,12 +237,43 @@ func (s *Service) Run(ctx context.Context) error {
 			return nil
 		})
 	}
+	unregister, err := s.registerLogGauges()
+	if err != nil {
+		return err
+	}
+	defer unregister()
 	g.Go(func() error { service.Every(ctx, s.cfg.PruneInterval, s.prune); return nil })
 	g.Go(func() error { service.Every(ctx, s.cfg.KeyCheck, s.checkKeys); return nil })
 	if s.cfg.OrderHold > 0 {
 		g.Go(func() error { service.Every(ctx, s.cfg.OrderHold/4, s.releaseHeld); return nil })
 	}
 	return g.Wait()
+}
+
+// registerLogGauges reports the log's horizon — the events it holds and
+// the age of the oldest — which bounds how far back a client can resume
+// (FERRY_SSE_LOG_SIZE, FERRY_SSE_RETENTION). The returned func unregisters.
+func (s *Service) registerLogGauges() (func(), error) {
+	m := otel.Meter("ferry/sse-bridge")
+	events, err1 := m.Int64ObservableGauge("ferry.sse.log.events", metric.WithUnit("{event}"),
+		metric.WithDescription("Events in this process's SSE log, available to replay and resume."))
+	age, err2 := m.Float64ObservableGauge("ferry.sse.log.horizon", metric.WithUnit("s"),
+		metric.WithDescription("Age of the oldest event in this process's SSE log: how far back a client can resume."))
+	if err := errors.Join(err1, err2); err != nil {
+		return nil, err
+	}
+	reg, err := m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		n, oldest := s.events.Horizon()
+		o.ObserveInt64(events, int64(n))
+		if n > 0 {
+			o.ObserveFloat64(age, s.cfg.Now().Sub(oldest).Seconds())
+		}
+		return nil
+	}, events, age)
+	if err != nil {
+		return nil, err
+	}
+	return func() { _ = reg.Unregister() }, nil
 }
 
 // lagGroup names the log's consumer in the ferry.kafka.consumer.lag gauge

@@ -220,6 +220,17 @@ func (l *Log) Head() int64 {
 	return head
 }
 
+// Horizon returns the number of events in the log and when the oldest was
+// logged (zero when empty): how far back a client can resume.
+func (l *Log) Horizon() (n int, oldest time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.ring) == 0 {
+		return 0, time.Time{}
+	}
+	return len(l.ring), l.ring[0].at
+}
+
 // Len returns the number of events in the log.
 func (l *Log) Len() int {
 	l.mu.Lock()
