@@ -167,7 +167,7 @@ func runFerry(ctx context.Context, o options, want map[string]bool, root string,
 	}
 	b := newBench(t, probe, sizes, o, stderr)
 	if !b.runAll(ctx, want, info, out, stdout) {
-		fmt.Fprintln(stderr, "bench: a workload lost or duplicated jobs: a failed run (docs/benchmark.md)")
+		fmt.Fprintln(stderr, "bench: a workload lost or duplicated jobs, or could not run as specified: a failed run (docs/benchmark.md)")
 		return name, 1
 	}
 	return name, 0
@@ -205,9 +205,12 @@ func (o options) target(ctx context.Context, root string, info RunInfo, stderr i
 		return nil, nil, err
 	}
 	fmt.Fprintln(stderr, "bench: starting ferry dev in", filepath.Join(work, "data"))
-	var extra []string
+	// sse-idle opens all its streams for one tenant: lift the per-tenant
+	// cap (FERRY_SSE_MAX_STREAMS, 100) to the workload's size. Later -env
+	// entries win.
+	extra := []string{fmt.Sprintf("FERRY_SSE_MAX_STREAMS=%d", max(FullSizes.Scaled(o.scale).SSE, 1))}
 	if o.envs != "" {
-		extra = strings.Split(o.envs, ",")
+		extra = append(extra, strings.Split(o.envs, ",")...)
 	}
 	t, err := startDev(ctx, bin, filepath.Join(work, "data"), extra, stderr)
 	if err != nil {
@@ -265,7 +268,7 @@ func newBench(t *Target, probe *Probe, sizes Sizes, o options, stderr io.Writer)
 }
 
 // runAll runs the wanted workloads in order, each on a settled pipeline;
-// false when one lost or duplicated a job.
+// false when one lost or duplicated a job, or failed (Result.failure).
 func (b *Bench) runAll(ctx context.Context, want map[string]bool, info RunInfo, out *os.File, stdout io.Writer) bool {
 	funcs := map[string]func(context.Context) Result{
 		"throughput": b.throughput, "latency": b.latency, "delayed": b.delayed, "retry": b.retry,
@@ -292,6 +295,10 @@ func (b *Bench) runAll(ctx context.Context, want map[string]bool, info RunInfo, 
 		fmt.Fprintf(stdout, "%s\n", r.Line())
 		if out != nil {
 			fmt.Fprintf(out, "%s\n", r.FileLine(info))
+		}
+		if r.failure != "" {
+			fmt.Fprintf(b.log, "bench: %s FAILED: %s\n", w, r.failure)
+			ok = false
 		}
 		if r.Lost > 0 || r.Duplicated > 0 {
 			ok = false

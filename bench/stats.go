@@ -23,6 +23,7 @@ type Result struct {
 	RSSMB        float64 `json:"rss_mb"`
 	Notes        string  `json:"notes"`
 	skipped      bool
+	failure      string // why the workload could not run as specified (its figures would mislead); the run fails
 	extraRecords map[string]any
 }
 

@@ -112,6 +112,8 @@ var Vars = []Var{
 	{"FERRY_SSE_MAX_STREAMS", "100", "Open SSE streams one tenant may have in one sse-bridge process; one more gets 429 too_many_streams."},
 	{"FERRY_SSE_KEY_CHECK", "2s", "How often the sse-bridge checks the API keys of open streams in Postgres: a stream of a revoked key (or disabled tenant) ends within this interval."},
 	{"FERRY_SSE_ORDER_HOLD", "3s", "Longest an SSE event waits for its predecessor (completed for started, started for enqueued) when topics deliver them out of order; negative disables."},
+	// The sse-bridge's in-memory event log (docs/sse.md, "Resuming").
+	{"FERRY_SSE_LOG_SIZE", "50000", "Events one sse-bridge process keeps in memory for Last-Event-ID resumption and job-history replay; older positions get an `event: reset`."},
 
 	// webhooks.
 	{"FERRY_SECRET_KEY", "", "Base64 of 32 random bytes (`openssl rand -base64 32`): the AES-256-GCM key that encrypts webhook and http-job signing secrets at rest; the api, every worker and webhooks need the same key. Unset: a key is generated once into FERRY_DATA_DIR/secret-key (dev only; set it in production, and keep it: losing it makes stored secrets unreadable)."},

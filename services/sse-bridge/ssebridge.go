@@ -4,26 +4,26 @@
 //
 // # Design
 //
-// The service keeps a short-lived event log in Postgres (table sse_events),
-// written by an exactly-once projection of every lifecycle topic (group
-// ferry-sse-log). Its bigserial seq is the SSE id. An event consumed
-// before its predecessor (a completed before its started: they travel on
-// different topics) waits in sse_held until the predecessor is logged, for
-// at most OrderHold. Each process runs one
-// tailer that reads new rows when the projection notifies (LISTEN/NOTIFY)
-// or every 100 ms, and fans them out through an in-memory hub to the
-// process's clients, so a process consumes the log once however many
-// clients it serves. A connecting client subscribes to the hub first, then
-// replays from the log (seq > Last-Event-ID), then switches to the live
-// events, dropping those it already sent: no gap, no duplicate.
+// Each process keeps a bounded event log in memory (internal/eventlog),
+// fed by its own consumer of every lifecycle partition: the hot path writes
+// nothing to Postgres or Redis. The log numbers events in the order streams
+// show them; that number is the SSE id. An event consumed before its
+// predecessor (a completed before its started: they travel on different
+// topics) waits in the log's hold until the predecessor is logged, for at
+// most OrderHold. The log hands each new event to an in-memory hub that
+// fans it out to the process's clients, so a process consumes Kafka once
+// however many clients it serves. A connecting client subscribes to the hub
+// first, then replays from the log (ids > Last-Event-ID), then switches to
+// the live events, dropping those it already sent: no gap, no duplicate.
 //
-// Slow clients never hold up the tailer or other clients: each has a
+// Slow clients never hold up the consumer or other clients: each has a
 // bounded buffer (FERRY_SSE_BUFFER). A client whose buffer overflows (a
 // burst) catches up from the log at its own pace; one further behind than
 // MaxLag events, or that accepts no data for WriteTimeout, is sent `event:
-// overflow` (when it still can be) and disconnected. Rows older than
-// FERRY_SSE_RETENTION are deleted; resuming from before that answers
-// `event: reset`. See docs/sse.md.
+// overflow` (when it still can be) and disconnected. The log keeps the
+// newest LogSize events, none older than Retention; resuming from before
+// that, or with an id of another process, answers `event: reset`. See
+// docs/sse.md.
 package ssebridge
 
 import (
@@ -34,13 +34,14 @@ import (
 	"time"
 
 	"github.com/go-chi/chi/v5"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/ferryhq/ferry/platform/auth"
 	"github.com/ferryhq/ferry/platform/config"
-	"github.com/ferryhq/ferry/platform/projection"
+	"github.com/ferryhq/ferry/platform/kafkax"
 	"github.com/ferryhq/ferry/platform/service"
 	"github.com/ferryhq/ferry/services/sse-bridge/internal/eventlog"
 	"github.com/ferryhq/ferry/services/sse-bridge/internal/hub"
@@ -68,6 +69,9 @@ type Config struct {
 	// JobGrace is how long a job stream waits for a job the log has not
 	// seen yet (just submitted) before answering 404. Defaults to 2s.
 	JobGrace time.Duration
+	// LogSize is the most events the log of one process keeps for replay
+	// and resumption (FERRY_SSE_LOG_SIZE). Defaults to 50000.
+	LogSize int
 	// OrderHold is the longest an event waits in the log's hold for its
 	// predecessor (a completed for its started, a started for its
 	// enqueued) when the topics deliver them out of order
@@ -75,14 +79,8 @@ type Config struct {
 	// events are logged in arrival order and a started consumed after its
 	// job's completed is dropped.
 	OrderHold time.Duration
-	// Poll is the tailer's fallback poll interval when no notification
-	// arrives. Defaults to 100ms.
-	Poll time.Duration
 	// PruneInterval is how often retention runs. Defaults to 1m.
 	PruneInterval time.Duration
-	// ProjectionBatch bounds the records per projection transaction.
-	// Defaults to 2000.
-	ProjectionBatch int
 	// MaxStreams bounds the streams one tenant may have open in this
 	// process (FERRY_SSE_MAX_STREAMS); one more answers 429
 	// too_many_streams. Defaults to 100.
@@ -102,11 +100,10 @@ func (c Config) WithDefaults() Config {
 	config.Default(&c.WriteTimeout, 10*time.Second)
 	config.Default(&c.JobGrace, 2*time.Second)
 	config.DefaultVar(&c.OrderHold, "FERRY_SSE_ORDER_HOLD")
-	config.Default(&c.Poll, 100*time.Millisecond)
 	config.Default(&c.PruneInterval, time.Minute)
 	config.DefaultVar(&c.Buffer, "FERRY_SSE_BUFFER")
 	config.Default(&c.MaxLag, 8*c.Buffer)
-	config.Default(&c.ProjectionBatch, 2000)
+	config.DefaultVar(&c.LogSize, "FERRY_SSE_LOG_SIZE")
 	config.DefaultVar(&c.MaxStreams, "FERRY_SSE_MAX_STREAMS")
 	config.DefaultVar(&c.KeyCheck, "FERRY_SSE_KEY_CHECK")
 	if c.Now == nil {
@@ -127,14 +124,17 @@ func (c Config) Validate() error {
 	if c.Buffer < 1 {
 		errs = append(errs, errors.New("FERRY_SSE_BUFFER must be at least 1"))
 	}
+	if c.LogSize < 1 {
+		errs = append(errs, errors.New("FERRY_SSE_LOG_SIZE must be at least 1"))
+	}
 	if c.MaxStreams < 1 {
 		errs = append(errs, errors.New("FERRY_SSE_MAX_STREAMS must be at least 1"))
 	}
 	if c.KeyCheck <= 0 {
 		errs = append(errs, errors.New("FERRY_SSE_KEY_CHECK must be positive"))
 	}
-	if c.WriteTimeout <= 0 || c.MaxLag < 0 || c.JobGrace < 0 || c.Poll <= 0 || c.PruneInterval <= 0 || c.ProjectionBatch < 1 {
-		errs = append(errs, errors.New("ssebridge: WriteTimeout, Poll, PruneInterval and ProjectionBatch must be positive"))
+	if c.WriteTimeout <= 0 || c.MaxLag < 0 || c.JobGrace < 0 || c.PruneInterval <= 0 {
+		errs = append(errs, errors.New("ssebridge: WriteTimeout and PruneInterval must be positive"))
 	}
 	return errors.Join(errs...)
 }
@@ -146,6 +146,7 @@ func LoadConfig(l *config.Loader) Config {
 		KeepAlive:  l.Duration("FERRY_SSE_KEEPALIVE"),
 		Buffer:     l.Int("FERRY_SSE_BUFFER"),
 		OrderHold:  l.Duration("FERRY_SSE_ORDER_HOLD"),
+		LogSize:    l.Int("FERRY_SSE_LOG_SIZE"),
 		MaxStreams: l.Int("FERRY_SSE_MAX_STREAMS"),
 		KeyCheck:   l.Duration("FERRY_SSE_KEY_CHECK"),
 	}
@@ -158,7 +159,6 @@ type Service struct {
 	log    *slog.Logger
 	events *eventlog.Log
 	hub    *hub.Hub
-	tailer *eventlog.Tailer
 	slots  *streamSlots
 	keys   *keyWatch
 
@@ -168,8 +168,8 @@ type Service struct {
 
 var _ service.Component = (*Service)(nil)
 
-// New returns the service over deps (which must hold Postgres and Kafka),
-// applying its migrations.
+// New returns the service over deps (which must hold Postgres, for API
+// keys, and Kafka), applying its migrations.
 func New(deps *service.Deps, cfg Config) (*Service, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
@@ -179,15 +179,7 @@ func New(deps *service.Deps, cfg Config) (*Service, error) {
 		return nil, errors.New("ssebridge: needs Postgres")
 	}
 	log := deps.Log("sse-bridge")
-	ctx := context.Background()
-	if err := eventlog.Migrate(ctx, deps.Postgres); err != nil {
-		return nil, fmt.Errorf("ssebridge: %w", err)
-	}
-	events := eventlog.New(deps.Postgres, log, max(cfg.OrderHold, 0))
-	// The tailer starts at the current head before any client can connect,
-	// so every later row reaches the hub (clients replay the earlier ones).
-	head, err := events.Head(ctx)
-	if err != nil {
+	if err := eventlog.Migrations.Apply(context.Background(), deps.Postgres); err != nil {
 		return nil, fmt.Errorf("ssebridge: %w", err)
 	}
 	h := hub.New(cfg.Buffer)
@@ -203,8 +195,8 @@ func New(deps *service.Deps, cfg Config) (*Service, error) {
 		return nil, err
 	}
 	return &Service{
-		deps: deps, cfg: cfg, log: log, events: events, hub: h,
-		tailer: eventlog.NewTailer(deps.Postgres, h, log, head, cfg.Poll),
+		deps: deps, cfg: cfg, log: log, hub: h,
+		events: eventlog.New(eventlog.Config{Size: cfg.LogSize, Hold: max(cfg.OrderHold, 0), Now: cfg.Now}, h, log),
 		slots:  newStreamSlots(cfg.MaxStreams),
 		keys:   newKeyWatch(deps.Postgres),
 		conns:  conns, overflows: overflows,
@@ -228,21 +220,28 @@ func (s *Service) Routes(r chi.Router) {
 // Streams returns the number of SSE streams this process has open.
 func (s *Service) Streams() int { return s.hub.Len() }
 
-// Run runs the log projection, the tailer and retention until ctx is done.
+// Run runs the log's Kafka consumer, retention, the hold's release and the
+// key check until ctx is done.
 func (s *Service) Run(ctx context.Context) error {
 	g, ctx := errgroup.WithContext(ctx)
 	if s.deps.Kafka != nil || len(s.deps.Common.KafkaBrokers) > 0 {
+		cl, err := s.newConsumerClient()
+		if err != nil {
+			return err
+		}
+		defer cl.Close()
+		c := eventlog.NewConsumer(cl, s.events, s.log)
+		g.Go(func() error { return c.Run(ctx) })
 		g.Go(func() error {
-			return projection.Run(ctx, s.deps.Postgres, projection.Config{
-				Group:    "ferry-sse-log",
-				Topics:   s.deps.Topics.LifecycleTopics(),
-				Kafka:    s.deps.KafkaConfig("sse-log"),
-				MaxBatch: s.cfg.ProjectionBatch,
-				Logger:   s.log,
-			}, s.events.Apply)
+			kafkax.WatchLag(ctx, cl, lagGroup, s.deps.Topics.LifecycleTopics(), c.Positions)
+			return nil
 		})
 	}
-	g.Go(func() error { return s.tailer.Run(ctx) })
+	unregister, err := s.registerLogGauges()
+	if err != nil {
+		return err
+	}
+	defer unregister()
 	g.Go(func() error { service.Every(ctx, s.cfg.PruneInterval, s.prune); return nil })
 	g.Go(func() error { service.Every(ctx, s.cfg.KeyCheck, s.checkKeys); return nil })
 	if s.cfg.OrderHold > 0 {
@@ -251,11 +250,54 @@ func (s *Service) Run(ctx context.Context) error {
 	return g.Wait()
 }
 
-// releaseHeld logs held events whose hold passed while no records arrived.
-func (s *Service) releaseHeld(ctx context.Context) {
-	if err := s.events.ReleaseHeld(ctx); err != nil && ctx.Err() == nil {
-		s.log.Warn("sse-bridge: release held events", "err", err)
+// registerLogGauges reports the log's horizon — the events it holds and
+// the age of the oldest — which bounds how far back a client can resume
+// (FERRY_SSE_LOG_SIZE, FERRY_SSE_RETENTION). The returned func unregisters.
+func (s *Service) registerLogGauges() (func(), error) {
+	m := otel.Meter("ferry/sse-bridge")
+	events, err1 := m.Int64ObservableGauge("ferry.sse.log.events", metric.WithUnit("{event}"),
+		metric.WithDescription("Events in this process's SSE log, available to replay and resume."))
+	age, err2 := m.Float64ObservableGauge("ferry.sse.log.horizon", metric.WithUnit("s"),
+		metric.WithDescription("Age of the oldest event in this process's SSE log: how far back a client can resume."))
+	if err := errors.Join(err1, err2); err != nil {
+		return nil, err
 	}
+	reg, err := m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		n, oldest := s.events.Horizon()
+		o.ObserveInt64(events, int64(n))
+		if n > 0 {
+			o.ObserveFloat64(age, s.cfg.Now().Sub(oldest).Seconds())
+		}
+		return nil
+	}, events, age)
+	if err != nil {
+		return nil, err
+	}
+	return func() { _ = reg.Unregister() }, nil
+}
+
+// lagGroup names the log's consumer in the ferry.kafka.consumer.lag gauge
+// (it is no Kafka consumer group: each process reads every partition).
+const lagGroup = "ferry-sse-log"
+
+// newConsumerClient returns a client that reads every lifecycle partition,
+// starting with about LogSize records in all, spread over the partitions.
+func (s *Service) newConsumerClient() (*kgo.Client, error) {
+	topics := s.deps.Topics.LifecycleTopics()
+	perPartition := s.cfg.LogSize / (len(topics) * max(s.deps.Common.TopicPartitions, 1))
+	cl, err := kafkax.NewClient(s.deps.KafkaConfig("sse-log"),
+		kgo.ConsumeTopics(topics...),
+		kgo.ConsumeResetOffset(eventlog.StartOffset(perPartition)),
+		kgo.FetchMaxWait(500*time.Millisecond))
+	if err != nil {
+		return nil, fmt.Errorf("ssebridge: %w", err)
+	}
+	return cl, nil
+}
+
+// releaseHeld logs held events whose hold passed while no records arrived.
+func (s *Service) releaseHeld(context.Context) {
+	s.events.ReleaseHeld()
 }
 
 // checkKeys ends the streams of keys revoked since the last check.
@@ -265,12 +307,9 @@ func (s *Service) checkKeys(ctx context.Context) {
 	}
 }
 
-// prune deletes events older than the retention window.
-func (s *Service) prune(ctx context.Context) {
-	n, err := s.events.Prune(ctx, s.cfg.Now().Add(-s.cfg.Retention))
-	if err != nil && ctx.Err() == nil {
-		s.log.Warn("sse-bridge: retention failed", "err", err)
-	} else if n > 0 {
-		s.log.Debug("sse-bridge: retention", "deleted", n)
+// prune evicts events older than the retention window.
+func (s *Service) prune(context.Context) {
+	if n := s.events.Prune(s.cfg.Now().Add(-s.cfg.Retention)); n > 0 {
+		s.log.Debug("sse-bridge: retention", "evicted", n)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kgo"
 	"go.uber.org/goleak"
 
 	"github.com/ferryhq/ferry/events/schema"
@@ -46,8 +47,17 @@ type bundle struct {
 // behind a real HTTP server. listen, if not nil, wraps the server's listener.
 func setup(t *testing.T, cfg Config, listen func(net.Listener) net.Listener) *bundle {
 	t.Helper()
-	b := &bundle{deps: testenv.Deps(t, Needs)}
-	b.keyA, b.keyB = testenv.Tenant(t, b.deps.Postgres, "acme"), testenv.Tenant(t, b.deps.Postgres, "globex")
+	deps := testenv.Deps(t, Needs)
+	keyA, keyB := testenv.Tenant(t, deps.Postgres, "acme"), testenv.Tenant(t, deps.Postgres, "globex")
+	return start(t, deps, keyA, keyB, cfg, listen)
+}
+
+// start runs a process of the service over deps behind its own HTTP
+// server: setup's, or another replica (a restart) over the same Postgres
+// and Kafka.
+func start(t *testing.T, deps *service.Deps, keyA, keyB string, cfg Config, listen func(net.Listener) net.Listener) *bundle {
+	t.Helper()
+	b := &bundle{deps: deps, keyA: keyA, keyB: keyB}
 	if cfg.JobGrace == 0 {
 		cfg.JobGrace = 3 * time.Second
 	}
@@ -132,30 +142,21 @@ func (b *bundle) produceLogged(t *testing.T, events ...schema.Data) {
 	}
 }
 
-// rows counts the rows of table (sse_events: the log; sse_held: the hold).
-func (b *bundle) rows(t *testing.T, table string) int64 {
-	t.Helper()
-	var n int64
-	if err := b.deps.Postgres.QueryRow(context.Background(), `SELECT count(*) FROM `+table).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	return n
-}
+func (b *bundle) logged(t *testing.T) int64 { t.Helper(); return int64(b.svc.events.Len()) }
+func (b *bundle) held(t *testing.T) int64   { t.Helper(); return int64(b.svc.events.Held()) }
 
-func (b *bundle) logged(t *testing.T) int64 { t.Helper(); return b.rows(t, "sse_events") }
-func (b *bundle) held(t *testing.T) int64   { t.Helper(); return b.rows(t, "sse_held") }
-
-// waitRows waits until done accepts the row count of table.
-func (b *bundle) waitRows(t *testing.T, table string, want string, done func(int64) bool) {
+// waitCount waits until done accepts count(), the number of events in the
+// log or in its hold.
+func waitCount(t *testing.T, what string, count func() int64, want string, done func(int64) bool) {
 	t.Helper()
 	deadline := time.Now().Add(15 * time.Second)
 	for {
-		got := b.rows(t, table)
+		got := count()
 		if done(got) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s holds %d rows, want %s", table, got, want)
+			t.Fatalf("%s holds %d events, want %s", what, got, want)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -164,13 +165,13 @@ func (b *bundle) waitRows(t *testing.T, table string, want string, done func(int
 // waitLogged waits until the log holds at least n events.
 func (b *bundle) waitLogged(t *testing.T, n int64) {
 	t.Helper()
-	b.waitRows(t, "sse_events", fmt.Sprintf("≥ %d", n), func(got int64) bool { return got >= n })
+	waitCount(t, "the log", func() int64 { return b.logged(t) }, fmt.Sprintf("≥ %d", n), func(got int64) bool { return got >= n })
 }
 
 // waitHeld waits until exactly n events wait in the hold.
 func (b *bundle) waitHeld(t *testing.T, n int64) {
 	t.Helper()
-	b.waitRows(t, "sse_held", fmt.Sprint(n), func(got int64) bool { return got == n })
+	waitCount(t, "the hold", func() int64 { return b.held(t) }, fmt.Sprint(n), func(got int64) bool { return got == n })
 }
 
 // frame is one SSE message (or comment, with event "comment").
@@ -509,13 +510,15 @@ func TestRetentionResets(t *testing.T) {
 	j := job{id: "job_old", tenant: "acme", queue: "default", typ: "email"}
 	b.produce(t, j.enqueued(), j.started())
 	b.waitLogged(t, 2)
-	if _, err := b.svc.events.Prune(context.Background(), time.Now().Add(time.Hour)); err != nil {
-		t.Fatal(err)
+	first := b.open(t, b.keyA, "/v1/jobs/job_old/events", "").expect(t, "enqueued", "started")[0]
+	if n := b.svc.events.Prune(time.Now().Add(time.Hour)); n != 2 {
+		t.Fatalf("retention evicted %d events, want 2", n)
 	}
-	c := b.open(t, b.keyA, "/v1/events", "1")
+	head := b.svc.events.Head()
+	c := b.open(t, b.keyA, "/v1/events", first.id)
 	f := c.expect(t, "reset")[0]
-	if f.seq() < 2 {
-		t.Fatalf("reset id %s, want the head (≥ 2)", f.id)
+	if f.seq() != head {
+		t.Fatalf("reset id %s, want the head %d", f.id, head)
 	}
 	b.produce(t, job{id: "job_new", tenant: "acme"}.enqueued())
 	c.expect(t, "job_new/enqueued")
@@ -593,30 +596,31 @@ func TestStalledClientIsCutOffWithoutDelayingOthers(t *testing.T) {
 }
 
 func TestBurstCatchesUpFromTheLog(t *testing.T) {
-	b := setup(t, Config{Buffer: 4}, nil)
+	// No hold: the burst's progress events are logged without a started.
+	b := setup(t, Config{Buffer: 4, OrderHold: -1}, nil)
 	c := b.open(t, b.keyA, "/v1/events", "")
 	j := job{id: "job_burst", tenant: "acme", queue: "default", typ: "email"}
 	b.produce(t, j.enqueued())
 	c.expect(t, "job_burst/enqueued")
-	// 20 events committed at once reach the hub in one publish, which
+	// 20 events logged at once reach the hub in one publish, which
 	// overflows the 4-event buffer: the client catches up from the log.
-	b.insertBurst(t, "job_burst", 20)
+	b.appendBurst(t, j, 20)
 	want := make([]string, 20)
 	for i := range want {
 		want[i] = "job_burst/progress"
 	}
 	c.expect(t, want...)
-	b.produce(t, j.started(), j.completed())
+	b.produceLogged(t, j.started(), j.completed())
 	c.expect(t, "job_burst/started", "job_burst/completed")
 }
 
 func TestClientTooFarBehindGetsOverflow(t *testing.T) {
-	b := setup(t, Config{Buffer: 4, MaxLag: 8}, nil)
+	b := setup(t, Config{Buffer: 4, MaxLag: 8, OrderHold: -1}, nil)
 	c := b.open(t, b.keyA, "/v1/events", "")
 	j := job{id: "job_lag", tenant: "acme", queue: "default", typ: "email"}
 	b.produce(t, j.enqueued())
 	first := c.expect(t, "job_lag/enqueued")[0]
-	b.insertBurst(t, "job_lag", 20)
+	b.appendBurst(t, j, 20)
 	var f frame
 	var ok bool
 	for f, ok = c.next(t); ok && f.event != "overflow"; f, ok = c.next(t) {
@@ -638,21 +642,19 @@ func TestClientTooFarBehindGetsOverflow(t *testing.T) {
 	c.expect(t, want...)
 }
 
-// insertBurst commits n progress events of jobID in one transaction, as
-// one projection batch would.
-func (b *bundle) insertBurst(t *testing.T, jobID string, n int) {
+// appendBurst logs n progress events of j in one append, as one fetch
+// of a backlog would.
+func (b *bundle) appendBurst(t *testing.T, j job, n int) {
 	t.Helper()
-	_, err := b.deps.Postgres.Exec(context.Background(), `
-		INSERT INTO sse_events (ce_id, tenant, job_id, event, data, occurred_at)
-		SELECT $1 || g, 'acme', $1, 'progress', json_build_object('job_id', $1::text, 'type', 'progress', 'n', g), now()
-		FROM generate_series(1, $2) g ORDER BY g;
-		`, jobID, n)
-	if err != nil {
-		t.Fatal(err)
+	recs := make([]*kgo.Record, n)
+	for i := range recs {
+		rec, err := schema.NewRecord(b.deps.Topics.Lifecycle(schema.EventProgress), "ferry/test", j.progress(float64(i), fmt.Sprint(i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		recs[i] = rec
 	}
-	if _, err := b.deps.Postgres.Exec(context.Background(), `SELECT pg_notify('ferry_sse_log', '')`); err != nil {
-		t.Fatal(err)
-	}
+	b.svc.events.Append(recs)
 }
 
 func TestManyIdleStreams(t *testing.T) {
@@ -688,44 +690,98 @@ func TestManyIdleStreams(t *testing.T) {
 	}
 }
 
-// TestJobRowWrittenOnlyWhenItChanges checks that sse_jobs is rewritten only
-// by events that change it: the first event, the enqueued attributes and
-// the terminal event, not started or progress events of a known job.
-func TestJobRowWrittenOnlyWhenItChanges(t *testing.T) {
-	// The late job's started waits the hold for its enqueued: keep it short.
-	b := setup(t, Config{OrderHold: 300 * time.Millisecond}, nil)
-	row := func(id string) (xmin, queue string, term *int64) {
-		t.Helper()
-		if err := b.deps.Postgres.QueryRow(context.Background(),
-			`SELECT xmin::text, queue, terminal_seq FROM sse_jobs WHERE job_id = $1`, id).Scan(&xmin, &queue, &term); err != nil {
-			t.Fatal(err)
+// TestLogWritesNothingToPostgres: the log lives in memory, fed from Kafka:
+// the old Postgres log's tables are dropped, and its consumer stores no
+// offsets.
+func TestLogWritesNothingToPostgres(t *testing.T) {
+	b := setup(t, Config{}, nil)
+	j := job{id: "job_pg", tenant: "acme", queue: "default", typ: "email"}
+	b.produceLogged(t, j.enqueued(), j.started(), j.completed())
+	b.open(t, b.keyA, "/v1/jobs/job_pg/events", "").expect(t, "enqueued", "started", "completed")
+	var tables []string
+	err := b.deps.Postgres.QueryRow(context.Background(), `
+		SELECT COALESCE(array_agg(n), '{}') FROM unnest(ARRAY['sse_events', 'sse_jobs', 'sse_held', 'sse_state']) n
+		WHERE to_regclass(n) IS NOT NULL`).Scan(&tables)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tables) > 0 {
+		t.Fatalf("tables of the old Postgres log still exist: %v", tables)
+	}
+	var offsetsTable bool
+	if err := b.deps.Postgres.QueryRow(context.Background(), `SELECT to_regclass('ferry_offsets') IS NOT NULL`).Scan(&offsetsTable); err != nil {
+		t.Fatal(err)
+	}
+	if !offsetsTable {
+		return // no projection ever ran here: nothing can be stored
+	}
+	var offsets int
+	if err := b.deps.Postgres.QueryRow(context.Background(),
+		`SELECT count(*) FROM ferry_offsets WHERE consumer_group = 'ferry-sse-log'`).Scan(&offsets); err != nil {
+		t.Fatal(err)
+	}
+	if offsets != 0 {
+		t.Fatalf("%d offsets stored for ferry-sse-log", offsets)
+	}
+}
+
+// TestReplicaReadsBackKafkaAndResetsForeignIDs: a process started after a
+// job ran (a restart, or another replica) reads the recent past back from
+// Kafka, so the job's stream replays its history in order; an id another
+// process handed out is not a position in its log: the client is told to
+// re-sync.
+func TestReplicaReadsBackKafkaAndResetsForeignIDs(t *testing.T) {
+	b := setup(t, Config{}, nil)
+	j := job{id: "job_rep", tenant: "acme", queue: "bulk", typ: "email", tags: []string{"t"}}
+	b.produceLogged(t, j.enqueued(), j.started(), j.progress(50, "half"), j.completed())
+	first := b.open(t, b.keyA, "/v1/jobs/job_rep/events", "").expect(t, "enqueued", "started", "progress", "completed")
+
+	r := start(t, b.deps, b.keyA, b.keyB, Config{JobGrace: 10 * time.Second}, nil)
+	got := r.open(t, r.keyA, "/v1/jobs/job_rep/events", "").expect(t, "enqueued", "started", "progress", "completed")
+	for i := range got {
+		if got[i].payload(t)["id"] != first[i].payload(t)["id"] {
+			t.Fatalf("replica event %d is %v, first process's %v", i, got[i], first[i])
 		}
-		return xmin, queue, term
 	}
+	// Ids are per process and increase across processes.
+	if got[0].seq() <= first[len(first)-1].seq() {
+		t.Fatalf("replica ids start at %d, not after the first process's %d", got[0].seq(), first[len(first)-1].seq())
+	}
+	// Filters apply to the replayed events too.
+	r.open(t, r.keyA, "/v1/events?queue=bulk&event=completed", "0").expect(t, "job_rep/completed")
 
-	j := job{id: "job_rows", tenant: "acme", queue: "default", typ: "email"}
-	b.produceLogged(t, j.enqueued())
-	x0, q, term := row(j.id)
-	if q != "default" || term != nil {
-		t.Fatalf("after enqueued: queue %q terminal %v", q, term)
+	// The first process's id on the replica: reset at the replica's head.
+	c := r.open(t, r.keyA, "/v1/events", first[1].id)
+	if f := c.expect(t, "reset")[0]; f.seq() != r.svc.events.Head() {
+		t.Fatalf("reset id %s, want the replica's head %d", f.id, r.svc.events.Head())
 	}
-	b.produceLogged(t, j.started(), j.progress(50, ""))
-	if x1, _, _ := row(j.id); x1 != x0 {
-		t.Fatalf("started/progress rewrote the job row (xmin %s → %s)", x0, x1)
-	}
-	b.produceLogged(t, j.completed())
-	if x2, _, term := row(j.id); x2 == x0 || term == nil {
-		t.Fatalf("completed: xmin %s → %s, terminal %v; want a rewrite with terminal_seq", x0, x2, term)
-	}
+	k := job{id: "job_rep2", tenant: "acme", queue: "bulk", typ: "email"}
+	b.produce(t, k.enqueued())
+	c.expect(t, "job_rep2/enqueued")
+}
 
-	// Attributes arriving after the job's first event still reach the row.
-	late := job{id: "job_late", tenant: "acme", queue: "bulk", typ: "sms"}
-	b.produceLogged(t, late.started())
-	if _, q, _ := row(late.id); q != "" {
-		t.Fatalf("queue before enqueued = %q", q)
+// TestLogSizeBoundsTheLog: the log keeps its newest LogSize events; a
+// position before them gets a reset, a job with nothing left answers 404.
+func TestLogSizeBoundsTheLog(t *testing.T) {
+	const size = 4
+	b := setup(t, Config{LogSize: size, JobGrace: 200 * time.Millisecond}, nil)
+	all := b.open(t, b.keyA, "/v1/events", "")
+	var ids []string
+	for i := range size + 3 {
+		id := fmt.Sprintf("job_size%d", i)
+		b.produce(t, job{id: id, tenant: "acme", queue: "default", typ: "email"}.enqueued())
+		ids = append(ids, all.expect(t, id+"/enqueued")[0].id)
 	}
-	b.produceLogged(t, late.enqueued())
-	if _, q, _ := row(late.id); q != "bulk" {
-		t.Fatalf("queue after enqueued = %q, want bulk", q)
+	if n := b.logged(t); n != size {
+		t.Fatalf("log holds %d events, want %d", n, size)
+	}
+	if _, status := b.tryOpen(t, b.keyA, "/v1/jobs/job_size0/events", ""); status != http.StatusNotFound {
+		t.Fatalf("job evicted from the log: status %d, want 404", status)
+	}
+	// The newest evicted id is still a position: what follows is all there.
+	b.open(t, b.keyA, "/v1/events", ids[2]).expect(t, "job_size3/enqueued", "job_size4/enqueued", "job_size5/enqueued", "job_size6/enqueued")
+	c := b.open(t, b.keyA, "/v1/events", ids[1])
+	if f := c.expect(t, "reset")[0]; f.id != ids[len(ids)-1] {
+		t.Fatalf("reset id %s, want the head %s", f.id, ids[len(ids)-1])
 	}
 }

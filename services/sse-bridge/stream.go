@@ -18,7 +18,7 @@ import (
 	"github.com/ferryhq/ferry/services/sse-bridge/internal/hub"
 )
 
-// replayPage is the number of rows read per replay query.
+// replayPage is the number of events read from the log per replay step.
 const replayPage = 500
 
 // stream is one SSE request, parsed.
@@ -72,7 +72,7 @@ func (s *Service) handleJobEvents(w http.ResponseWriter, r *http.Request) {
 func (s *Service) findJob(ctx context.Context, tenant, id string) (eventlog.Job, error) {
 	deadline := time.Now().Add(s.cfg.JobGrace)
 	for {
-		j, err := s.events.Job(ctx, tenant, id)
+		j, err := s.events.Job(tenant, id)
 		if !errors.Is(err, eventlog.ErrJobNotFound) || !time.Now().Before(deadline) {
 			return j, err
 		}
@@ -201,7 +201,11 @@ func (s *Service) serve(w http.ResponseWriter, r *http.Request, st stream) {
 		return
 	}
 	last, err := s.replay(ctx, sw, st)
-	if err != nil {
+	switch {
+	case errors.Is(err, errTooFar):
+		s.sendOverflow(ctx, sw, last)
+		return
+	case err != nil:
 		if !errors.Is(err, errDone) && ctx.Err() == nil {
 			s.log.Warn("sse-bridge: replay failed", "err", err)
 		}
@@ -291,9 +295,7 @@ func (s *Service) afterOverflow(ctx context.Context, sw *sseWriter, sub *hub.Sub
 	last, err := s.catchUp(ctx, sw, st, last)
 	switch {
 	case errors.Is(err, errTooFar):
-		s.overflows.Add(context.WithoutCancel(ctx), 1)
-		_ = sw.control("overflow", last, fmt.Sprintf(`{"last_event_id":"%d","reason":"client too slow; reconnect with Last-Event-ID to resume"}`, last))
-		_ = sw.flush()
+		s.sendOverflow(ctx, sw, last)
 		return last, false
 	case err != nil: // errDone included
 		return last, false
@@ -301,19 +303,24 @@ func (s *Service) afterOverflow(ctx context.Context, sw *sseWriter, sub *hub.Sub
 	return last, true
 }
 
-// replay writes what the client missed from the log and returns the seq of
+// sendOverflow tells a client that fell too far behind where it is, before
+// the stream closes: it resumes from there with Last-Event-ID.
+func (s *Service) sendOverflow(ctx context.Context, sw *sseWriter, last int64) {
+	s.overflows.Add(context.WithoutCancel(ctx), 1)
+	_ = sw.control("overflow", last, fmt.Sprintf(`{"last_event_id":"%d","reason":"client too slow; reconnect with Last-Event-ID to resume"}`, last))
+	_ = sw.flush()
+}
+
+// replay writes what the client missed from the log and returns the id of
 // the last event sent (or the position the client is now at). It returns
 // errDone when the stream is complete (the job's final event was sent).
 func (s *Service) replay(ctx context.Context, sw *sseWriter, st stream) (int64, error) {
 	after := st.lastID
-	if st.hasLast {
-		pruned, head, err := s.events.Bounds(ctx)
-		if err != nil {
-			return 0, err
-		}
-		if after < pruned || after > head {
+	if st.hasLast && after != 0 { // 0 asks for everything the log holds
+		evicted, head := s.events.Bounds()
+		if after < evicted || after > head {
 			// Events after the client's position are gone (or the
-			// position is not from this log): it must re-sync.
+			// position is not from this process's log): it must re-sync.
 			data := fmt.Sprintf(`{"last_event_id":"%d","reason":"position is outside the retention window; re-sync and continue from this event"}`, head)
 			if err := sw.control("reset", head, data); err != nil {
 				return 0, err
@@ -323,7 +330,7 @@ func (s *Service) replay(ctx context.Context, sw *sseWriter, st stream) (int64, 
 			}
 			after = head
 		}
-	} else if !st.job {
+	} else if !st.hasLast && !st.job {
 		// A new tenant stream starts live.
 		return 0, nil
 	}
@@ -336,8 +343,8 @@ func (s *Service) catchUp(ctx context.Context, sw *sseWriter, st stream, last in
 	return s.copyLog(ctx, sw, st, last, s.cfg.MaxLag)
 }
 
-// copyLog writes the stream's events after seq after from the log and
-// returns the last seq read. limit > 0 bounds the events read: errTooFar
+// copyLog writes the stream's events after id after from the log and
+// returns the last id read. limit > 0 bounds the events read: errTooFar
 // when there are more.
 func (s *Service) copyLog(ctx context.Context, sw *sseWriter, st stream, after int64, limit int) (int64, error) {
 	read := 0
@@ -349,9 +356,14 @@ func (s *Service) copyLog(ctx context.Context, sw *sseWriter, st stream, after i
 			}
 			page = min(page, limit-read+1)
 		}
-		evs, err := s.events.Replay(ctx, st.tenant, st.filter.JobID, after, page)
-		if err != nil {
+		if err := ctx.Err(); err != nil {
 			return 0, err
+		}
+		evs, err := s.events.Replay(st.tenant, st.filter.JobID, after, page)
+		if errors.Is(err, eventlog.ErrEvicted) {
+			// The log moved past the client while it was being served:
+			// as for a client too far behind, it resumes with a reset.
+			return after, errTooFar
 		}
 		for _, e := range evs {
 			if limit > 0 && read >= limit {

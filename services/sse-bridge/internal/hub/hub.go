@@ -1,4 +1,4 @@
-// Package hub fans the events of one process's single log tailer out to the
+// Package hub fans the events of one process's event log out to the
 // process's SSE clients.
 //
 // Publishing never blocks: each subscriber has a bounded queue, and a
@@ -35,15 +35,18 @@ type Event struct {
 }
 
 // NewEvent returns e with its SSE frame rendered once, so that writing it to
-// any number of clients costs no further allocation.
+// any number of clients costs no further allocation. The returned event's
+// Data points into the frame: an event kept in a log holds its JSON once.
 func NewEvent(e Event) *Event {
-	b := make([]byte, 0, len(e.Data)+len(e.Type)+40)
+	b := make([]byte, 0, len(e.Data)+len(e.Type)+48) // room for a 20-digit id: one allocation
 	b = append(b, "id: "...)
 	b = strconv.AppendInt(b, e.Seq, 10)
 	b = append(b, "\nevent: "...)
 	b = append(b, e.Type...)
 	b = append(b, "\ndata: "...)
+	start := len(b)
 	b = append(b, e.Data...)
+	e.Data = b[start:len(b):len(b)]
 	b = append(b, "\n\n"...)
 	e.frame = b
 	return &e

@@ -1,0 +1,178 @@
+package eventlog
+
+import (
+	"errors"
+	"io"
+	"log/slog"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ferryhq/ferry/events/schema"
+	"github.com/ferryhq/ferry/services/sse-bridge/internal/hub"
+)
+
+// clock is a settable clock for the hold.
+type clock struct{ now time.Time }
+
+func (c *clock) Now() time.Time { return c.now }
+
+func newLog(t *testing.T, size int, hold time.Duration) (*Log, *hub.Sub, *clock) {
+	t.Helper()
+	c := &clock{now: time.Now()}
+	h := hub.New(1000)
+	l := New(Config{Size: size, Hold: hold, Now: c.Now}, h, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	return l, h.Subscribe("acme", hub.Filter{}), c
+}
+
+func rec(t *testing.T, d schema.Data) *kgo.Record {
+	t.Helper()
+	topics := schema.Topics{}
+	r, err := schema.NewRecord(topics.Lifecycle(d.(schema.Lifecycle).EventType()), "test", d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func ref(job, tenant string, attempt int) schema.JobRef {
+	return schema.JobRef{JobID: job, TenantID: tenant, Attempt: attempt}
+}
+
+func enqueued(job, tenant, queue string) schema.Data {
+	now := time.Now().UTC()
+	return schema.Enqueued{JobRef: ref(job, tenant, 1), Job: schema.JobSpec{Type: "email", Queue: queue, Priority: 5, MaxAttempts: 3, Pool: "short"},
+		CreatedAt: now, RunAt: now, Reason: schema.ReasonSubmitted}
+}
+
+func started(job string) schema.Data {
+	return schema.Started{JobRef: ref(job, "acme", 1), WorkerID: "w", DispatchID: "d", StartedAt: time.Now().UTC()}
+}
+
+func completed(job string) schema.Data {
+	now := time.Now().UTC()
+	return schema.Completed{JobRef: ref(job, "acme", 1), WorkerID: "w", DispatchID: "d", StartedAt: now, FinishedAt: now}
+}
+
+// published takes what the hub delivered, as "job/event" names.
+func published(t *testing.T, s *hub.Sub) []string {
+	t.Helper()
+	evs, overflowed := s.Take(nil)
+	if overflowed {
+		t.Fatal("subscriber overflowed")
+	}
+	var out []string
+	for _, e := range evs {
+		out = append(out, e.JobID+"/"+string(e.Type))
+	}
+	return out
+}
+
+func TestHoldRestoresOrderAndExpires(t *testing.T) {
+	l, sub, c := newLog(t, 100, time.Second)
+	l.Append([]*kgo.Record{rec(t, completed("j1")), rec(t, enqueued("j1", "acme", "q"))})
+	if got := published(t, sub); !slices.Equal(got, []string{"j1/enqueued"}) {
+		t.Fatalf("published %v, want only enqueued (completed waits for started)", got)
+	}
+	if l.Held() != 1 {
+		t.Fatalf("%d held, want 1", l.Held())
+	}
+	l.Append([]*kgo.Record{rec(t, started("j1"))})
+	if got := published(t, sub); !slices.Equal(got, []string{"j1/started", "j1/completed"}) {
+		t.Fatalf("published %v, want started then completed", got)
+	}
+	// A started whose enqueued never comes is logged after the hold.
+	l.Append([]*kgo.Record{rec(t, started("j2"))})
+	l.ReleaseHeld()
+	if got := published(t, sub); len(got) != 0 {
+		t.Fatalf("published %v before the hold passed", got)
+	}
+	c.now = c.now.Add(time.Second)
+	l.ReleaseHeld()
+	if got := published(t, sub); !slices.Equal(got, []string{"j2/started"}) {
+		t.Fatalf("published %v after the hold, want j2/started", got)
+	}
+	if l.Held() != 0 {
+		t.Fatalf("%d still held", l.Held())
+	}
+}
+
+func TestDuplicatesLateEventsAndForeignTenantsAreDropped(t *testing.T) {
+	l, sub, _ := newLog(t, 100, time.Second)
+	enq := rec(t, enqueued("j1", "acme", "q"))
+	l.Append([]*kgo.Record{enq, enq, rec(t, started("j1")), rec(t, completed("j1"))})
+	// Late: a progress after the final event; foreign: the same job id
+	// claimed by another tenant.
+	late := schema.Progress{JobRef: ref("j1", "acme", 1), WorkerID: "w", DispatchID: "d", Percent: 99, At: time.Now().UTC()}
+	l.Append([]*kgo.Record{enq, rec(t, late), rec(t, enqueued("j1", "globex", "q"))})
+	if got := published(t, sub); !slices.Equal(got, []string{"j1/enqueued", "j1/started", "j1/completed"}) {
+		t.Fatalf("published %v", got)
+	}
+	if _, err := l.Job("globex", "j1"); !errors.Is(err, ErrJobNotFound) {
+		t.Fatalf("another tenant's job: %v, want ErrJobNotFound", err)
+	}
+	j, err := l.Job("acme", "j1")
+	if err != nil || j.TerminalSeq != l.Head() {
+		t.Fatalf("job %+v, %v; want the terminal id %d", j, err, l.Head())
+	}
+}
+
+func TestEvictionBoundsTheLogAndForgetsJobs(t *testing.T) {
+	l, _, c := newLog(t, 3, 0)
+	for _, id := range []string{"a", "b", "c", "d", "e"} {
+		l.Append([]*kgo.Record{rec(t, enqueued(id, "acme", "q"))})
+	}
+	if l.Len() != 3 || len(l.jobs) != 3 || len(l.seen) != 3 {
+		t.Fatalf("len %d, jobs %d, seen %d; want 3 each", l.Len(), len(l.jobs), len(l.seen))
+	}
+	evicted, head := l.Bounds()
+	if head-evicted != 3 {
+		t.Fatalf("bounds (%d, %d): want 3 ids apart", evicted, head)
+	}
+	if _, err := l.Job("acme", "a"); !errors.Is(err, ErrJobNotFound) {
+		t.Fatalf("evicted job: %v", err)
+	}
+	if _, err := l.Replay("acme", "", evicted-1, 10); !errors.Is(err, ErrEvicted) {
+		t.Fatalf("replay from before the log: %v, want ErrEvicted", err)
+	}
+	evs, err := l.Replay("acme", "", 0, 10)
+	if err != nil || len(evs) != 3 || evs[0].JobID != "c" {
+		t.Fatalf("replay from 0: %d events, %v", len(evs), err)
+	}
+	// Retention evicts by age.
+	c.now = c.now.Add(time.Minute)
+	l.Append([]*kgo.Record{rec(t, enqueued("f", "acme", "q"))})
+	if n := l.Prune(c.now); n != 2 || l.Len() != 1 {
+		t.Fatalf("prune evicted %d, %d left; want 2 and 1", n, l.Len())
+	}
+}
+
+func TestIDsAreDenseAndStartAfterEarlierProcesses(t *testing.T) {
+	l, sub, _ := newLog(t, 100, 0)
+	first := l.Head()
+	l.Append([]*kgo.Record{rec(t, enqueued("a", "acme", "q")), rec(t, enqueued("b", "acme", "q"))})
+	_ = published(t, sub)
+	if l.Head() != first+2 {
+		t.Fatalf("head %d, want %d", l.Head(), first+2)
+	}
+	time.Sleep(time.Millisecond)
+	later, _, _ := newLog(t, 100, 0)
+	if later.Head() <= l.Head() {
+		t.Fatalf("a later process starts at %d, not after %d", later.Head(), l.Head())
+	}
+}
+
+// TestHeldEventsAreReleasedInLifecycleOrder: a completed held before a
+// progress of the same attempt still follows it once started arrives.
+func TestHeldEventsAreReleasedInLifecycleOrder(t *testing.T) {
+	l, sub, _ := newLog(t, 100, time.Minute)
+	l.Append([]*kgo.Record{rec(t, enqueued("j1", "acme", "q"))})
+	l.Append([]*kgo.Record{rec(t, completed("j1"))})
+	progress := schema.Progress{JobRef: ref("j1", "acme", 1), WorkerID: "w", DispatchID: "d", Percent: 50, At: time.Now().UTC()}
+	l.Append([]*kgo.Record{rec(t, progress), rec(t, started("j1"))})
+	if got := published(t, sub); !slices.Equal(got, []string{"j1/enqueued", "j1/started", "j1/progress", "j1/completed"}) {
+		t.Fatalf("published %v, want enqueued, started, progress, completed", got)
+	}
+}
