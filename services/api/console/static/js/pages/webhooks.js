@@ -27,8 +27,8 @@ export async function render(main, r) {
   if (endpoint) {
     try {
       const w = await api("GET", "/v1/webhooks/" + encodeURIComponent(endpoint));
-      await showDeliveries(deliveries, w, detail, timers);
-      if (r.params.get("delivery")) await showDelivery(detail, w, r.params.get("delivery"), timers);
+      const reloadList = await showDeliveries(deliveries, w, detail, timers);
+      if (r.params.get("delivery")) await showDelivery(detail, w, r.params.get("delivery"), timers, reloadList);
     } catch (e) {
       fill(detail, h("p", { class: "error" }, errorText(e)));
     }
@@ -90,30 +90,32 @@ export function deliveryTable(rows, empty) {
 }
 
 async function showDeliveries(el, w, detail, timers) {
-  const rows = [];
+  let rows = [];
   const load = async (cursor) => {
     const out = await api("GET", `/v1/webhooks/${w.id}/deliveries` + query({ cursor }));
+    if (!cursor) rows = [];
     rows.push(...out.deliveries);
     fill(el, h("h2", {}, "Deliveries to ", h("span", { class: "mono" }, w.url)),
       deliveryTable(rows, "No deliveries yet."), moreButton(out.next_cursor, load));
     // The links change the fragment; on this page, open the delivery in place.
     for (const a of el.querySelectorAll("a[data-delivery]")) {
-      a.addEventListener("click", (ev) => { ev.preventDefault(); act(a, () => showDelivery(detail, w, a.dataset.delivery, timers)); });
+      a.addEventListener("click", (ev) => { ev.preventDefault(); act(a, () => showDelivery(detail, w, a.dataset.delivery, timers, () => load(""))); });
     }
   };
   await load("");
   el.scrollIntoView();
+  return () => load("");
 }
 
-/** showDelivery shows one delivery: the request it sends, each attempt's response, and a replay button. */
-async function showDelivery(el, w, id, timers) {
+/** showDelivery shows one delivery: the request it sends, each attempt's response, and a replay button; reloadList refreshes the list it is in once a replay is sent. */
+async function showDelivery(el, w, id, timers, reloadList) {
   let d;
   try { d = await api("GET", `/v1/webhooks/${w.id}/deliveries/${encodeURIComponent(id)}`); } catch (e) { fill(el, h("p", { class: "error" }, errorText(e))); return; }
   const replay = h("button", { type: "button", id: "webhook-replay", disabled: d.status === "pending" }, "Replay");
   replay.addEventListener("click", () => act(replay, async () => {
     await api("POST", `/v1/webhooks/${w.id}/deliveries/${encodeURIComponent(id)}/replay`);
     toast("Replay queued: the delivery is sent again, signed afresh.");
-    await showDelivery(el, w, id, timers);
+    await showDelivery(el, w, id, timers, reloadList);
   }));
   fill(el, h("section", { class: "card", id: "webhook-delivery-log" },
     h("h2", {}, "Delivery ", h("span", { class: "mono" }, d.id), " ", h("span", { id: "webhook-delivery-status" }, badge(d.status))),
@@ -126,7 +128,11 @@ async function showDelivery(el, w, id, timers) {
     h("h3", {}, "Attempts"), h("ol", { class: "attempts", id: "webhook-attempts" }, d.history.map(attemptItem))));
   el.scrollIntoView();
   if (d.status === "pending") {
-    const t = setTimeout(() => { timers.delete(t); showDelivery(el, w, id, timers); }, replayPollMs);
+    const t = setTimeout(async () => {
+      timers.delete(t);
+      await showDelivery(el, w, id, timers, reloadList);
+      if (reloadList) reloadList().catch(() => {});
+    }, replayPollMs);
     timers.add(t);
   }
 }
