@@ -327,13 +327,21 @@ func jsString(s string) string { b, _ := json.Marshal(s); return string(b) }
 // around it shows it.
 func consoleJobFilters(t *testing.T, b *browser, id string) {
 	t.Helper()
-	local := func(d time.Duration) string { return time.Now().Add(d).Format("2006-01-02T15:04") } // the browser shares the TZ
+	// setField sets a datetime-local field to now + ms in the browser's own
+	// time zone, as a person picking the time would.
+	setField := func(name string, ms int) {
+		eval[bool](b, fmt.Sprintf(`((ms) => { const d = new Date(Date.now() + ms); d.setMinutes(d.getMinutes() - d.getTimezoneOffset());
+			document.querySelector('#jobs-filter input[name="%s"]').value = d.toISOString().slice(0, 16); return true; })(%d)`, name, ms))
+	}
 	row := fmt.Sprintf(`document.querySelector('#jobs-list a[href="#/jobs/' + %s + '"]')`, jsString(id))
 	b.open("#/jobs?tag=console", "#jobs-list table")
-	b.do("created before an hour ago", chromedp.SetValue(`#jobs-filter input[name="to"]`, local(-time.Hour)), chromedp.Click(`#jobs-filter button[type="submit"]`))
-	b.until("window before the job", `location.hash.includes("to=") && document.getElementById("jobs-list").innerText.includes("No jobs match")`)
-	b.do("created within the last hour", chromedp.SetValue(`#jobs-filter input[name="from"]`, local(-time.Hour)),
-		chromedp.SetValue(`#jobs-filter input[name="to"]`, local(time.Hour)), chromedp.Click(`#jobs-filter button[type="submit"]`))
+	b.until("the job listed", row+` !== null`)
+	setField("to", -3_600_000)
+	b.do("created before an hour ago", chromedp.Click(`#jobs-filter button[type="submit"]`))
+	b.until("window before the job", `location.hash.includes("to=") && document.getElementById("jobs-list")?.innerText.includes("No jobs match") === true`)
+	setField("from", -3_600_000)
+	setField("to", 3_600_000)
+	b.do("created within the last hour", chromedp.Click(`#jobs-filter button[type="submit"]`))
 	b.until("window around the job", `location.hash.includes("from=") && `+row+` !== null`)
 }
 
