@@ -2,14 +2,22 @@ package main
 
 import (
 	"bytes"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
+	"net/http/httptest"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/kb"
 
 	"github.com/ferryhq/ferry/platform/auth"
 )
@@ -165,7 +173,8 @@ func consoleIsolation(t *testing.T, e *e2e, id string) {
 // verifies; a second tenant sees none of the first's jobs; the admin sees
 // the tenants. Screenshots of every page are written as artifacts.
 func TestConsoleBrowser(t *testing.T) {
-	e := startStack(t, nil)
+	// One quick webhook retry, so a delivery fails for good within the test.
+	e := startStack(t, map[string]string{"FERRY_WEBHOOKS_BACKOFF": "100ms"})
 	b := startBrowser(t, e.base)
 	b.open("", "#signin")
 	b.shot("signin")
@@ -174,7 +183,9 @@ func TestConsoleBrowser(t *testing.T) {
 
 	live := consoleJobLive(t, e, b)
 	consoleQueues(t, e, b)
+	consoleJobFilters(t, b, live)
 	consoleDeadLetters(t, e, b)
+	consoleWebhookReplay(t, e, b)
 	consoleAudit(t, b)
 	consolePages(t, b)
 
@@ -271,19 +282,20 @@ func (e *e2e) deadJob(tag string) string {
 	return id
 }
 
-// consoleDeadLetters: a bulk re-drive previewed by a dry run (which
-// re-drives nothing), then run; then one entry re-driven with an edited
-// payload, whose new job succeeds.
+// consoleDeadLetters: the tag filter; a bulk re-drive of it previewed by a
+// dry run (which re-drives nothing), then run — taking only the entry
+// listed before it, not the one its re-driven job makes when it dies
+// again; then one entry re-driven with an edited payload, whose new job
+// succeeds.
 func consoleDeadLetters(t *testing.T, e *e2e, b *browser) {
 	t.Helper()
 	first := e.deadJob("bulk")
-	// Paused, the re-driven job cannot die again before the bulk re-drive
-	// ends (a bulk re-drive takes the entries that match when it reaches
-	// them, so it would take that one too).
-	if code, out := e.call("POST", "/v1/queues/console/pause", nil); code != http.StatusOK {
-		t.Fatalf("pause: %d %v", code, out)
-	}
+	other := e.deadJob("other")
 	b.open("#/dlq", "#dlq-list table")
+	b.until("both entries listed", fmt.Sprintf(`[%s, %s].every((id) => document.querySelector('#dlq-list [data-entry="' + id + '"]'))`, jsString(first), jsString(other)))
+	b.do("filter by tag", chromedp.SetValue(`#dlq-filter input[name="tag"]`, "bulk"), chromedp.Click(`#dlq-filter button[type="submit"]`))
+	b.until("tag filter applied", fmt.Sprintf(`location.hash.includes("tag=bulk") && document.querySelector('#dlq-list [data-entry=%s]') !== null && document.querySelector('#dlq-list [data-entry=%s]') === null`,
+		jsString(first), jsString(other)))
 	b.do("dry run", chromedp.Click("#dlq-dry-run"))
 	b.until("dry-run preview", `document.getElementById("dlq-preview-count")?.innerText.startsWith("1 entry would be re-driven")`)
 	b.shot("dlq")
@@ -291,16 +303,16 @@ func consoleDeadLetters(t *testing.T, e *e2e, b *browser) {
 		t.Fatalf("the dry run re-drove: %v", out)
 	}
 	b.do("bulk re-drive", chromedp.Click("#dlq-redrive-all"))
-	b.until("bulk result", `document.getElementById("dlq-bulk-result")?.innerText.startsWith("Re-driven: 1")`)
+	b.until("bulk result", `document.getElementById("dlq-bulk-result")?.innerText === "Re-driven: 1"`)
 	_, entry := e.call("GET", "/v1/dlq/"+first, nil)
 	rd, _ := entry["redrive"].(map[string]any)
 	if rd == nil || rd["job_id"] == "" {
 		t.Fatalf("entry after the bulk re-drive: %v", entry)
 	}
-
-	if code, out := e.call("POST", "/v1/queues/console/resume", nil); code != http.StatusOK {
-		t.Fatalf("resume: %d %v", code, out)
+	if _, out := e.call("GET", "/v1/dlq/"+other, nil); out["redrive"] != nil {
+		t.Fatalf("the bulk re-drive of tag bulk took an entry without it: %v", out)
 	}
+
 	second := e.deadJob("edit")
 	b.open("#/dlq/"+second, "#dlq-payload")
 	b.do("edit the payload", chromedp.SetValue("#dlq-payload", `{"times": 0, "class": "app_error"}`), chromedp.Click("#dlq-redrive-one"))
@@ -309,6 +321,95 @@ func consoleDeadLetters(t *testing.T, e *e2e, b *browser) {
 }
 
 func jsString(s string) string { b, _ := json.Marshal(s); return string(b) }
+
+// consoleJobFilters: the Jobs page's creation-time range keeps the cursor
+// listing and filters: a window that ends before the job hides it, one
+// around it shows it.
+func consoleJobFilters(t *testing.T, b *browser, id string) {
+	t.Helper()
+	// setField sets a datetime-local field to now + ms in the browser's own
+	// time zone, as a person picking the time would.
+	setField := func(name string, ms int) {
+		eval[bool](b, fmt.Sprintf(`((ms) => { const d = new Date(Date.now() + ms); d.setMinutes(d.getMinutes() - d.getTimezoneOffset());
+			document.querySelector('#jobs-filter input[name="%s"]').value = d.toISOString().slice(0, 16); return true; })(%d)`, name, ms))
+	}
+	row := fmt.Sprintf(`document.querySelector('#jobs-list a[href="#/jobs/' + %s + '"]')`, jsString(id))
+	b.open("#/jobs?tag=console", "#jobs-list table")
+	b.until("the job listed", row+` !== null`)
+	setField("to", -3_600_000)
+	b.do("created before an hour ago", chromedp.Click(`#jobs-filter button[type="submit"]`))
+	b.until("window before the job", `location.hash.includes("to=") && document.getElementById("jobs-list")?.innerText.includes("No jobs match") === true`)
+	setField("from", -3_600_000)
+	setField("to", 3_600_000)
+	b.do("created within the last hour", chromedp.Click(`#jobs-filter button[type="submit"]`))
+	b.until("window around the job", `location.hash.includes("from=") && `+row+` !== null`)
+}
+
+// consoleWebhookReplay: a job's page lists the webhook deliveries its
+// events caused; the delivery's log (reached with the keyboard) shows the
+// request and each failed attempt's response; a replay sends it again,
+// signed afresh, and the log shows the replayed attempt delivered.
+func consoleWebhookReplay(t *testing.T, e *e2e, b *browser) {
+	t.Helper()
+	var mu sync.Mutex
+	var got []*http.Request
+	var bodies [][]byte
+	rc := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		got, bodies = append(got, r), append(bodies, body)
+		n := len(got)
+		mu.Unlock()
+		if n <= 2 { // the attempt and its one retry fail
+			w.Header().Set("Set-Cookie", "sid=receiver-secret")
+			http.Error(w, "receiver is down for maintenance", http.StatusServiceUnavailable)
+		}
+	}))
+	t.Cleanup(rc.Close)
+	code, hook := e.call("POST", "/v1/webhooks", map[string]any{"url": rc.URL + "/ferry", "event_types": []string{"completed"}, "filter": map[string]any{"queue": "hooks"}})
+	if code != http.StatusCreated {
+		t.Fatalf("register a webhook: %d %v", code, hook)
+	}
+	id := e.submit(map[string]any{"type": "noop", "queue": "hooks"})
+	waitFor(t, 60*time.Second, "the delivery failed twice", func() bool {
+		_, out := e.call("GET", "/v1/webhooks/deliveries?job_id="+id, nil)
+		ds, _ := out["deliveries"].([]any)
+		return len(ds) == 1 && ds[0].(map[string]any)["status"] == "failed" && ds[0].(map[string]any)["attempts"] == 2.0
+	})
+	b.open("#/jobs/"+id, "#job-webhooks a[data-delivery]")
+	b.do("open the delivery with the keyboard", chromedp.Focus("#job-webhooks a[data-delivery]"), chromedp.KeyEvent(kb.Enter))
+	b.until("delivery log", `document.querySelectorAll('#webhook-attempts li[data-attempt]').length === 2`)
+	page := eval[string](b, `document.getElementById("webhook-delivery-log").textContent`) // closed <details> too
+	for _, want := range []string{"receiver is down for maintenance", "v1,[redacted]", `"type":"ferry.job.completed.v1"`, "HTTP 503"} {
+		if !strings.Contains(page, want) {
+			t.Errorf("the delivery log does not show %q:\n%s", want, page)
+		}
+	}
+	if strings.Contains(page, "receiver-secret") {
+		t.Errorf("the delivery log shows the receiver's cookie:\n%s", page)
+	}
+	b.do("replay", chromedp.Click("#webhook-replay"))
+	b.until("replay delivered", `document.getElementById("webhook-delivery-status")?.innerText === "delivered" && document.querySelector('#webhook-attempts li[data-replay="true"]') !== null`)
+	b.shot("webhook-delivery")
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) != 3 || got[2].Header.Get("webhook-id") != got[0].Header.Get("webhook-id") || !webhookSigned(hook["secret"].(string), got[2].Header, bodies[2]) {
+		t.Fatalf("the receiver got %d requests; the replay must be the same webhook-id, signed with the endpoint's secret", len(got))
+	}
+}
+
+// webhookSigned checks a Standard Webhooks signature as a receiver does.
+func webhookSigned(secret string, h http.Header, body []byte) bool {
+	key, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(secret, "whsec_"))
+	if err != nil {
+		return false
+	}
+	mac := hmac.New(sha256.New, key)
+	mac.Write([]byte(h.Get("webhook-id") + "." + h.Get("webhook-timestamp") + "."))
+	mac.Write(body)
+	want := base64.StdEncoding.EncodeToString(mac.Sum(nil))
+	return slices.Contains(strings.Fields(h.Get("webhook-signature")), "v1,"+want)
+}
 
 // consoleAudit verifies the audit chain from the Audit page.
 func consoleAudit(t *testing.T, b *browser) {

@@ -428,7 +428,35 @@ func TestListFiltersAndCursor(t *testing.T) {
 	if r := b.do(t, b.keyA, "GET", "/v1/jobs?status=weird", nil); r.Status != 422 {
 		t.Errorf("bad status: %d", r.Status)
 	}
+	listCreatedRange(t, b, want, ids)
 	b.badListParams(t, b.keyA, "/v1/jobs", httpx.Keyset{ID: want[0]}.String())
+}
+
+// listCreatedRange: created_from (inclusive) and created_to (exclusive)
+// bound the creation time, and page with the cursor. want is every job of
+// the tenant, newest first.
+func listCreatedRange(t *testing.T, b *bundle, want []string, ids func(resp) []string) {
+	t.Helper()
+	all := b.do(t, b.keyA, "GET", "/v1/jobs?limit=100", nil).Body["jobs"].([]any)
+	at := func(i int) string { return url.QueryEscape(all[i].(map[string]any)["created_at"].(string)) }
+	window := "/v1/jobs?created_from=" + at(5) + "&created_to=" + at(1)
+	first := b.do(t, b.keyA, "GET", window+"&limit=2", nil)
+	second := b.do(t, b.keyA, "GET", window+"&limit=2&cursor="+url.QueryEscape(first.Body["next_cursor"].(string)), nil)
+	if got, exp := strings.Join(append(ids(first), ids(second)...), ","), strings.Join(want[2:6], ","); got != exp {
+		t.Errorf("jobs created in [%s, %s): got %s, want %s", at(5), at(1), got, exp)
+	}
+	if second.Body["next_cursor"] != "" {
+		t.Errorf("the window's second page is not its last: %s", second.Raw)
+	}
+	for q, field := range map[string]string{"created_from=yesterday": "created_from", "created_to=2025-13-01": "created_to",
+		"created_from=" + at(1) + "&created_to=" + at(5): "created_to"} {
+		r := b.do(t, b.keyA, "GET", "/v1/jobs?"+q, nil)
+		e, _ := r.Body["error"].(map[string]any)
+		fields, _ := e["fields"].(map[string]any)
+		if r.Status != 400 || r.ErrorCode() != "invalid_parameter" || fields[field] == nil {
+			t.Errorf("%s: %d %s, want 400 invalid_parameter on %s", q, r.Status, r.Raw, field)
+		}
+	}
 }
 
 func TestCancelAndTenantIsolation(t *testing.T) {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -390,10 +391,39 @@ func pageParams(r *http.Request, def, max int) (int, httpx.Keyset, error) {
 	return limit, *after, nil
 }
 
+// createdRange reads the list's creation-time bounds, created_from
+// (inclusive) and created_to (exclusive), RFC 3339 times; nil when absent.
+func createdRange(q url.Values) (from, to *time.Time, err error) {
+	fields := map[string]string{}
+	read := func(name string) *time.Time {
+		v := q.Get(name)
+		if v == "" {
+			return nil
+		}
+		t, perr := time.Parse(time.RFC3339Nano, v)
+		if perr != nil {
+			fields[name] = "must be an RFC 3339 time, e.g. 2025-01-31T08:00:00Z"
+			return nil
+		}
+		return &t
+	}
+	from, to = read("created_from"), read("created_to")
+	if from != nil && to != nil && !from.Before(*to) {
+		fields["created_to"] = "must be after created_from"
+	}
+	if len(fields) > 0 {
+		e := httpx.Errorf(http.StatusBadRequest, "invalid_parameter", "invalid creation time range")
+		e.Fields = fields
+		return nil, nil, e
+	}
+	return from, to, nil
+}
+
 func (s *Service) handleList(w http.ResponseWriter, r *http.Request) {
 	p, _ := auth.FromContext(r.Context())
 	q := r.URL.Query()
 	f := store.Filter{Type: q.Get("type"), Queue: q.Get("queue"), Tags: q["tag"], Now: s.cfg.Now()}
+	var err error
 	if st := schema.Status(q.Get("status")); st != "" {
 		switch st {
 		case schema.StatusQueued, schema.StatusScheduled, schema.StatusRunning, schema.StatusSucceeded, schema.StatusDead, schema.StatusCancelled:
@@ -404,6 +434,10 @@ func (s *Service) handleList(w http.ResponseWriter, r *http.Request) {
 			httpx.WriteError(w, r, e)
 			return
 		}
+	}
+	if f.CreatedFrom, f.CreatedTo, err = createdRange(q); err != nil {
+		httpx.WriteError(w, r, err)
+		return
 	}
 	limit, after, err := pageParams(r, defaultListLimit, maxListLimit)
 	if err != nil {

@@ -214,7 +214,11 @@ func TestListFiltersAndPagination(t *testing.T) {
 		if i%4 == 0 {
 			queue = "bulk"
 		}
-		evs = append(evs, dead("acme", fmt.Sprintf("job_l%02d", i), 1, typ, queue, class, msg, base.Add(time.Duration(i)*time.Minute)))
+		d := dead("acme", fmt.Sprintf("job_l%02d", i), 1, typ, queue, class, msg, base.Add(time.Duration(i)*time.Minute))
+		if i%5 == 0 {
+			d.Job.Tags = append(d.Job.Tags, "vip")
+		}
+		evs = append(evs, d)
 	}
 	evs = append(evs, dead("globex", "job_g1", 1, "email.send", "mail", schema.ClassAppError, "connection refused", base))
 	b.produce(t, evs...)
@@ -243,6 +247,9 @@ func TestListFiltersAndPagination(t *testing.T) {
 		{"q=REFUSED&type=email.send&queue=mail", "job_l11,job_l10,job_l07,job_l05,job_l02,job_l01"},
 		{"q=nothing+like+this", ""},
 		{"q=_", ""}, // LIKE wildcards are matched literally
+		{"tag=vip", "job_l10,job_l05,job_l00"},
+		{"tag=vip&tag=t1&queue=bulk", "job_l00"},
+		{"tag=t1&tag=nope", ""},
 		{"from=" + url.QueryEscape(base.Add(3*time.Minute).Format(time.RFC3339)) + "&to=" + url.QueryEscape(base.Add(6*time.Minute).Format(time.RFC3339)),
 			"job_l05,job_l04,job_l03"},
 	} {
@@ -279,7 +286,7 @@ func TestListFiltersAndPagination(t *testing.T) {
 		t.Errorf("filtered pages: %s", got)
 	}
 
-	for _, q := range []string{"class=bogus", "limit=0", "limit=x", "from=yesterday", "cursor=bm90LWEtY3Vyc29y", "from=2031-03-02T00:00:00Z&to=2031-03-01T00:00:00Z"} {
+	for _, q := range []string{"class=bogus", "tag=", "tag=a%00b", "limit=0", "limit=x", "from=yesterday", "cursor=bm90LWEtY3Vyc29y", "from=2031-03-02T00:00:00Z&to=2031-03-01T00:00:00Z"} {
 		if r := b.do(t, b.keyA, "GET", "/v1/dlq?"+q, nil); r.Status != 400 || r.ErrorCode() == "" {
 			t.Errorf("%s: %d %s", q, r.Status, r.Raw)
 		}
@@ -485,6 +492,93 @@ func TestBulkRedriveDryRunMatchesRealRun(t *testing.T) {
 	if r := b.do(t, b.keyA, "POST", "/v1/dlq/redrive", map[string]any{"filter": map[string]any{"class": "nope"}}); r.Status != 400 {
 		t.Fatalf("bad filter: %d %s", r.Status, r.Raw)
 	}
+}
+
+// TestBulkRedriveTakesOnlyEntriesListedBeforeIt: a job a bulk re-drive
+// re-drives may die again while the call runs, and its new entry matches
+// the filter too. The call re-drives each entry that was listed when it
+// started once, and leaves the new entries to a later call (it once
+// re-drove one failing job 58 times in one call).
+func TestBulkRedriveTakesOnlyEntriesListedBeforeIt(t *testing.T) {
+	// One entry per batch at 4 a second: the call runs for about a second,
+	// long enough for the re-driven jobs to die again meanwhile.
+	b := setup(t, dlq.Config{BulkBatch: 1, RedriveRate: 4, BulkMax: 40})
+	const n = 5
+	var evs []schema.DeadLettered
+	for i := range n {
+		evs = append(evs, dead("acme", fmt.Sprintf("job_r%02d", i), 1, "flaky", "default", schema.ClassAppError, "still broken", base.Add(time.Duration(i)*time.Second)))
+	}
+	b.produce(t, evs...)
+	b.projected(t, b.keyA, n)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	killed := make(chan int, 1)
+	go func() { killed <- b.killRedriven(ctx, t) }()
+	r := b.do(t, b.keyA, "POST", "/v1/dlq/redrive", map[string]any{"filter": map[string]any{"type": "flaky"}})
+	if r.Status != 200 || r.Body["redriven"] != float64(n) || r.Body["failed"] != 0.0 || r.Body["remaining"] != 0.0 {
+		cancel()
+		t.Fatalf("bulk re-drive: %d %s (want %d re-driven, none remaining of the entries listed before it)", r.Status, r.Raw, n)
+	}
+	// Every re-driven job died again: n new entries, none re-driven.
+	b.projected(t, b.keyA, 2*n)
+	cancel()
+	if k := <-killed; k != n {
+		t.Fatalf("%d re-driven jobs died again, want %d", k, n)
+	}
+	list := b.do(t, b.keyA, "GET", "/v1/dlq?type=flaky&limit=100", nil)
+	for _, it := range list.Body["entries"].([]any) {
+		e := it.(map[string]any)
+		original := strings.HasPrefix(e["id"].(string), "job_r")
+		if original != (e["redrive"] != nil) {
+			t.Errorf("entry %s (redriven_from %q): redrive %v", e["id"], e["redriven_from"], e["redrive"])
+		}
+	}
+	// A later call takes the new entries.
+	if dry := b.do(t, b.keyA, "POST", "/v1/dlq/redrive", map[string]any{"filter": map[string]any{"type": "flaky"}, "dry_run": true}); dry.Body["count"] != float64(n) {
+		t.Fatalf("dry run after the call: %s", dry.Raw)
+	}
+}
+
+// killRedriven plays a worker whose jobs keep failing: every re-drive on
+// ferry.jobs.enqueued dies at once (a dlq event for the new job). It
+// returns how many it killed when ctx is done.
+func (b *bundle) killRedriven(ctx context.Context, t *testing.T) int {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(b.brokers), kgo.ConsumeTopics("ferry.jobs.enqueued"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Error(err)
+		return 0
+	}
+	defer cl.Close()
+	killed := 0
+	for ctx.Err() == nil {
+		var deaths []*kgo.Record
+		cl.PollFetches(ctx).EachRecord(func(r *kgo.Record) {
+			ev, err := schema.Decode(r)
+			if err != nil {
+				t.Errorf("undecodable enqueued record: %v", err)
+				return
+			}
+			e := ev.Data.(schema.Enqueued)
+			d := dead(e.TenantID, e.JobID, 1, e.Job.Type, e.Job.Queue, schema.ClassAppError, "still broken", time.Now().UTC())
+			d.RedrivenFrom = e.RedrivenFrom
+			rec, err := schema.NewRecord("ferry.jobs.dlq", "ferry/scheduler", d)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			deaths = append(deaths, rec)
+		})
+		if len(deaths) == 0 {
+			continue
+		}
+		pctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		if err := kafkax.ProduceAll(pctx, b.prod, deaths...); err != nil {
+			t.Error(err)
+		}
+		cancel()
+		killed += len(deaths)
+	}
+	return killed
 }
 
 func TestSuppressAndPurge(t *testing.T) {

@@ -28,6 +28,7 @@ const (
 	defaultListLimit = 50
 	maxListLimit     = 500
 	maxQueryLen      = 256
+	maxFilterTags    = 10
 	sampleSize       = 10
 	// bodySlack is the room the fields of a re-drive body other than the
 	// payload may take.
@@ -61,6 +62,8 @@ type filterJSON struct {
 	Q     string     `json:"q,omitempty"`
 	From  *time.Time `json:"from,omitempty"`
 	To    *time.Time `json:"to,omitempty"`
+	// Tags must all be on the job (the list's repeated tag parameter).
+	Tags []string `json:"tags,omitempty"`
 }
 
 func (f filterJSON) validate(bad map[string]string) store.Filter {
@@ -77,10 +80,18 @@ func (f filterJSON) validate(bad map[string]string) store.Filter {
 			bad[name] = schema.FieldMessage(err)
 		}
 	}
+	if len(f.Tags) > maxFilterTags {
+		bad["tags"] = fmt.Sprintf("at most %d tags", maxFilterTags)
+	}
+	for _, tag := range f.Tags {
+		if err := schema.CheckText(tag); err != nil || tag == "" || len(tag) > maxQueryLen {
+			bad["tags"] = fmt.Sprintf("each tag must be storable text of 1 to %d bytes", maxQueryLen)
+		}
+	}
 	if f.From != nil && f.To != nil && !f.From.Before(*f.To) {
 		bad["to"] = "must be after from"
 	}
-	return store.Filter{Type: f.Type, Queue: f.Queue, Class: f.Class, Q: f.Q, From: f.From, To: f.To}
+	return store.Filter{Type: f.Type, Queue: f.Queue, Class: f.Class, Q: f.Q, From: f.From, To: f.To, Tags: f.Tags}
 }
 
 func invalid(bad map[string]string) error {
@@ -98,7 +109,7 @@ func (s *Service) handleList(w http.ResponseWriter, r *http.Request) {
 	p, _ := auth.FromContext(r.Context())
 	q := r.URL.Query()
 	bad := map[string]string{}
-	fj := filterJSON{Type: q.Get("type"), Queue: q.Get("queue"), Class: q.Get("class"), Q: q.Get("q")}
+	fj := filterJSON{Type: q.Get("type"), Queue: q.Get("queue"), Class: q.Get("class"), Q: q.Get("q"), Tags: q["tag"]}
 	for name, dst := range map[string]**time.Time{"from": &fj.From, "to": &fj.To} {
 		if v := q.Get(name); v != "" {
 			t, err := time.Parse(time.RFC3339Nano, v)
@@ -411,33 +422,27 @@ func (s *Service) handleBulkRedrive(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if b.DryRun {
-		n, err := s.store.CountRedrivable(ctx, p.TenantID, f)
-		if err != nil {
-			httpx.WriteError(w, r, err)
-			return
-		}
-		sample, err := s.store.Redrivable(ctx, p.TenantID, f, sampleSize)
-		if err != nil {
-			httpx.WriteError(w, r, err)
-			return
-		}
-		out := make([]Entry, 0, len(sample))
-		for _, e := range sample {
-			out = append(out, entryFromStore(e))
-		}
-		httpx.WriteJSON(w, http.StatusOK, map[string]any{"dry_run": true, "count": n, "sample": out})
+		s.dryRun(w, r, p, f)
 		return
 	}
 	limit := s.cfg.BulkMax
 	if b.Limit > 0 {
 		limit = b.Limit
 	}
-	done, failed, runErr := s.bulk(ctx, p, f, limit)
+	// The call takes only the entries listed when it starts: the jobs it
+	// re-drives may die again while it runs, and their new entries match
+	// the filter too.
+	asOf, err := s.store.Clock(ctx)
+	if err != nil {
+		httpx.WriteError(w, r, err)
+		return
+	}
+	done, failed, runErr := s.bulk(ctx, p, f, asOf, limit)
 	if runErr != nil && done == 0 && failed == 0 {
 		httpx.WriteError(w, r, runErr)
 		return
 	}
-	remaining, err := s.store.CountRedrivable(context.WithoutCancel(ctx), p.TenantID, f)
+	remaining, err := s.store.CountRedrivable(context.WithoutCancel(ctx), p.TenantID, f, asOf)
 	if err != nil {
 		httpx.WriteError(w, r, err)
 		return
@@ -448,17 +453,38 @@ func (s *Service) handleBulkRedrive(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
-// bulk re-drives up to limit entries matching f in rate-limited batches. It
-// stops at the first batch with a produce failure (Kafka is unwell) and
-// returns how many entries it re-drove and how many failed.
-func (s *Service) bulk(ctx context.Context, p auth.Principal, f store.Filter, limit int) (done, failed int, err error) {
+// dryRun answers what a bulk re-drive of f would take now: how many
+// entries, and the first of them.
+func (s *Service) dryRun(w http.ResponseWriter, r *http.Request, p auth.Principal, f store.Filter) {
+	n, err := s.store.CountRedrivable(r.Context(), p.TenantID, f, time.Time{})
+	if err != nil {
+		httpx.WriteError(w, r, err)
+		return
+	}
+	sample, err := s.store.Redrivable(r.Context(), p.TenantID, f, sampleSize)
+	if err != nil {
+		httpx.WriteError(w, r, err)
+		return
+	}
+	out := make([]Entry, 0, len(sample))
+	for _, e := range sample {
+		out = append(out, entryFromStore(e))
+	}
+	httpx.WriteJSON(w, http.StatusOK, map[string]any{"dry_run": true, "count": n, "sample": out})
+}
+
+// bulk re-drives up to limit entries matching f and listed by asOf in
+// rate-limited batches. It stops at the first batch with a produce failure
+// (Kafka is unwell) and returns how many entries it re-drove and how many
+// failed.
+func (s *Service) bulk(ctx context.Context, p auth.Principal, f store.Filter, asOf time.Time, limit int) (done, failed int, err error) {
 	for done < limit {
 		n := min(s.batch, limit-done)
 		if err := s.limiter.WaitN(ctx, n); err != nil {
 			return done, failed, err
 		}
 		now := s.cfg.Now().UTC()
-		claims, err := s.store.ClaimBatch(ctx, p.TenantID, f, n, p.KeyID, now, redrive.NewJobID, func(e store.Entry) schema.JobSpec {
+		claims, err := s.store.ClaimBatch(ctx, p.TenantID, f, asOf, n, p.KeyID, now, redrive.NewJobID, func(e store.Entry) schema.JobSpec {
 			return redrive.Spec(e.Spec, redrive.Edit{}, now)
 		})
 		if err != nil {

@@ -81,23 +81,6 @@ func endpointJSON(e store.Endpoint, now time.Time) Endpoint {
 	return out
 }
 
-// Delivery is one entry of an endpoint's delivery log.
-type Delivery struct {
-	// ID is the webhook-id header, the same on every attempt.
-	ID        string `json:"id"`
-	EventID   string `json:"event_id"`
-	EventType string `json:"event_type"`
-	// Status is pending, delivered, failed or cancelled.
-	Status         string     `json:"status"`
-	Attempts       int        `json:"attempts"`
-	LastStatusCode *int       `json:"last_status_code,omitempty"`
-	LastLatency    string     `json:"last_latency,omitempty"`
-	LastError      string     `json:"last_error,omitempty"`
-	NextRetryAt    *time.Time `json:"next_retry_at,omitempty"`
-	DeliveredAt    *time.Time `json:"delivered_at,omitempty"`
-	CreatedAt      time.Time  `json:"created_at"`
-}
-
 func tenantOf(r *http.Request) string {
 	p, _ := auth.FromContext(r.Context())
 	return p.TenantID
@@ -256,12 +239,7 @@ func (s *Service) handleGet(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// deliveryCursor is the position in a delivery log, sent as an opaque httpx
-// cursor. The endpoint list pages by httpx.Keyset.
-type deliveryCursor struct {
-	Seq int64 `json:"seq"`
-}
-
+// The endpoint list pages by httpx.Keyset; the delivery logs by deliveryCursor.
 func (s *Service) handleList(w http.ResponseWriter, r *http.Request) {
 	limit, err := httpx.ParseLimit(r, defaultLimit, maxLimit)
 	if err != nil {
@@ -325,44 +303,6 @@ func (s *Service) handleRotate(w http.ResponseWriter, r *http.Request) {
 	out.Secret = secret
 	w.Header().Set("Cache-Control", "no-store")
 	httpx.WriteJSON(w, http.StatusOK, out)
-}
-
-func (s *Service) handleDeliveries(w http.ResponseWriter, r *http.Request) {
-	e, ok := s.endpoint(w, r)
-	if !ok {
-		return
-	}
-	limit, err := httpx.ParseLimit(r, defaultLimit, maxLimit)
-	if err != nil {
-		httpx.WriteError(w, r, err)
-		return
-	}
-	var after deliveryCursor
-	if ok, err := httpx.CursorParam(r, &after); err != nil || (ok && after.Seq < 1) {
-		httpx.WriteError(w, r, httpx.ErrInvalidCursor)
-		return
-	}
-	ds, err := s.store.Deliveries(r.Context(), e.TenantID, e.ID, after.Seq, limit+1)
-	if err != nil {
-		httpx.WriteError(w, r, err)
-		return
-	}
-	ds, next := httpx.TrimPage(ds, limit, func(d store.Delivery) string { return httpx.EncodeCursor(deliveryCursor{Seq: d.Seq}) })
-	out := make([]Delivery, 0, len(ds))
-	for _, d := range ds {
-		item := Delivery{
-			ID: d.ID, EventID: d.EventID, EventType: d.EventType, Status: d.Status, Attempts: d.Attempts,
-			LastStatusCode: d.LastStatusCode, LastError: d.LastError, DeliveredAt: d.DeliveredAt, CreatedAt: d.CreatedAt,
-		}
-		if d.LastLatency != nil {
-			item.LastLatency = (time.Duration(*d.LastLatency) * time.Millisecond).String()
-		}
-		if d.Status == store.StatusPending {
-			item.NextRetryAt = d.NextAttemptAt
-		}
-		out = append(out, item)
-	}
-	httpx.WriteList(w, "deliveries", out, next)
 }
 
 func (s *Service) handleEnable(w http.ResponseWriter, r *http.Request) {

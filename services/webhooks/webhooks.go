@@ -301,6 +301,9 @@ func (s *Service) Routes(r chi.Router) {
 		r.Post("/v1/webhooks/{id}/rotate-secret", s.handleRotate)
 		r.Post("/v1/webhooks/{id}/enable", s.handleEnable)
 		r.Get("/v1/webhooks/{id}/deliveries", s.handleDeliveries)
+		r.Get("/v1/webhooks/{id}/deliveries/{delivery}", s.handleDelivery)
+		r.Post("/v1/webhooks/{id}/deliveries/{delivery}/replay", s.handleReplay)
+		r.Get("/v1/webhooks/deliveries", s.handleJobDeliveries)
 	})
 }
 

@@ -495,6 +495,8 @@ type Filter struct {
 	Queue  string
 	// Tags must all be present.
 	Tags []string
+	// CreatedFrom and CreatedTo bound created_at: CreatedFrom ≤ created_at < CreatedTo.
+	CreatedFrom, CreatedTo *time.Time
 	// After lists jobs older than the cursor.
 	After *Cursor
 	Limit int
@@ -524,6 +526,12 @@ func (s *Store) List(ctx context.Context, tenant string, f Filter) ([]Job, error
 	}
 	if len(f.Tags) > 0 {
 		where = append(where, "tags @> "+arg(f.Tags)+"::text[]")
+	}
+	if f.CreatedFrom != nil {
+		where = append(where, "created_at >= "+arg(*f.CreatedFrom))
+	}
+	if f.CreatedTo != nil {
+		where = append(where, "created_at < "+arg(*f.CreatedTo))
 	}
 	if f.After != nil {
 		where = append(where, "(created_at, id) < ("+arg(f.After.CreatedAt)+"::timestamptz, "+arg(f.After.ID)+"::text)")

@@ -198,6 +198,7 @@ func (s *Store) upsertEntries(ctx context.Context, tx pgx.Tx, order []entryKey, 
 		tenants, jobs, types, queues, specs, hists, classes, msgs, froms, evIDs = mk(n), mk(n), mk(n), mk(n), mk(n), mk(n), mk(n), mk(n), mk(n), mk(n)
 		attempts                                                                = make([]int32, 0, n)
 		created, deadAt                                                         = make([]time.Time, 0, n), make([]time.Time, 0, n)
+		tags                                                                    = mk(n)
 	)
 	for _, k := range order {
 		d := dead[k]
@@ -221,22 +222,24 @@ func (s *Store) upsertEntries(ctx context.Context, tx pgx.Tx, order []entryKey, 
 		specs, hists, classes, msgs = append(specs, string(spec)), append(hists, string(hist)), append(classes, string(d.Error.Class)), append(msgs, d.Error.Message)
 		froms, evIDs = append(froms, d.RedrivenFrom), append(evIDs, ids[k])
 		attempts, created, deadAt = append(attempts, int32(d.Attempt)), append(created, d.CreatedAt), append(deadAt, deadTime)
+		tags = append(tags, tagsJSON(d.Job.Tags))
 	}
 	_, err := tx.Exec(ctx, `
 		INSERT INTO dlq_entries (tenant_id, job_id, attempt, type, queue, spec, history, error_class, error_message,
-			created_at, dead_at, redriven_from, event_id)
-		SELECT x.t, x.j, x.a, x.ty, x.q, x.s::json, x.h::json, x.c, x.m, x.ca, x.da, x.f, x.ev
+			created_at, dead_at, redriven_from, event_id, tags, projected_at)
+		SELECT x.t, x.j, x.a, x.ty, x.q, x.s::json, x.h::json, x.c, x.m, x.ca, x.da, x.f, x.ev,
+			ARRAY(SELECT json_array_elements_text(x.tg::json)), clock_timestamp()
 		FROM unnest($1::text[], $2::text[], $3::int[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[],
-			$9::text[], $10::timestamptz[], $11::timestamptz[], $12::text[], $13::text[])
-			AS x(t, j, a, ty, q, s, h, c, m, ca, da, f, ev)
+			$9::text[], $10::timestamptz[], $11::timestamptz[], $12::text[], $13::text[], $14::text[])
+			AS x(t, j, a, ty, q, s, h, c, m, ca, da, f, ev, tg)
 		WHERE NOT EXISTS (SELECT 1 FROM dlq_purged p WHERE p.tenant_id = x.t AND p.job_id = x.j)
 		ON CONFLICT (tenant_id, job_id) DO UPDATE SET
 			attempt = EXCLUDED.attempt, type = EXCLUDED.type, queue = EXCLUDED.queue, spec = EXCLUDED.spec,
 			history = EXCLUDED.history, error_class = EXCLUDED.error_class, error_message = EXCLUDED.error_message,
 			created_at = EXCLUDED.created_at, dead_at = EXCLUDED.dead_at, redriven_from = EXCLUDED.redriven_from,
-			event_id = EXCLUDED.event_id, projected_at = now()
+			event_id = EXCLUDED.event_id, tags = EXCLUDED.tags, projected_at = EXCLUDED.projected_at
 		WHERE EXCLUDED.attempt > dlq_entries.attempt`,
-		tenants, jobs, attempts, types, queues, specs, hists, classes, msgs, created, deadAt, froms, evIDs)
+		tenants, jobs, attempts, types, queues, specs, hists, classes, msgs, created, deadAt, froms, evIDs, tags)
 	if err != nil {
 		return fmt.Errorf("store: upsert dlq entries: %w", err)
 	}
@@ -277,6 +280,16 @@ func (s *Store) confirmRedrives(ctx context.Context, tx pgx.Tx, order []entryKey
 
 func mk(n int) []string { return make([]string, 0, n) }
 
+// tagsJSON is a job's tags as a JSON array, the one shape unnest can pass
+// per row (a text[] of text[] would have to be rectangular).
+func tagsJSON(tags []string) string {
+	if len(tags) == 0 {
+		return "[]"
+	}
+	b, _ := json.Marshal(tags)
+	return string(b)
+}
+
 // ---- queries ----
 
 // Filter selects entries; zero fields match everything.
@@ -288,6 +301,8 @@ type Filter struct {
 	Q string
 	// From and To bound dead_at: From ≤ dead_at < To.
 	From, To *time.Time
+	// Tags must all be on the job.
+	Tags []string
 }
 
 // Cursor is a position in the newest-first listing.
@@ -327,6 +342,9 @@ func newQuery(tenant string, f Filter) *query {
 	if f.To != nil {
 		q.where = append(q.where, "e.dead_at < "+q.arg(*f.To))
 	}
+	if len(f.Tags) > 0 {
+		q.where = append(q.where, "e.tags @> "+q.arg(f.Tags)+"::text[]")
+	}
 	return q
 }
 
@@ -335,6 +353,17 @@ func newQuery(tenant string, f Filter) *query {
 func (q *query) redrivable() *query {
 	q.where = append(q.where, "e.suppressed_at IS NULL",
 		"NOT EXISTS (SELECT 1 FROM dlq_redrives r2 WHERE r2.tenant_id = e.tenant_id AND r2.dead_job_id = e.job_id AND r2.state <> 'released')")
+	return q
+}
+
+// listedBy restricts a query to the entries already listed at asOf (a
+// Postgres clock reading, see Store.Clock): an entry's projected_at is the
+// Postgres clock when the projection wrote it, after its record was read.
+// A zero asOf restricts nothing.
+func (q *query) listedBy(asOf time.Time) *query {
+	if !asOf.IsZero() {
+		q.where = append(q.where, "e.projected_at < "+q.arg(asOf))
+	}
 	return q
 }
 
@@ -389,9 +418,20 @@ func (s *Store) list(ctx context.Context, q *query, after *Cursor, limit int) ([
 	return out, nil
 }
 
-// CountRedrivable counts the entries a bulk re-drive with f would take.
-func (s *Store) CountRedrivable(ctx context.Context, tenant string, f Filter) (int, error) {
-	q := newQuery(tenant, f).redrivable()
+// Clock reads Postgres's clock (clock_timestamp, the clock projected_at is
+// written with), to bound a bulk re-drive to the entries listed before it.
+func (s *Store) Clock(ctx context.Context) (time.Time, error) {
+	var now time.Time
+	if err := s.pool.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&now); err != nil {
+		return now, fmt.Errorf("store: clock: %w", err)
+	}
+	return now, nil
+}
+
+// CountRedrivable counts the entries a bulk re-drive with f would take of
+// those listed by asOf (zero: all).
+func (s *Store) CountRedrivable(ctx context.Context, tenant string, f Filter, asOf time.Time) (int, error) {
+	q := newQuery(tenant, f).redrivable().listedBy(asOf)
 	var n int
 	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM dlq_entries e WHERE `+q.sql(), q.args...).Scan(&n); err != nil {
 		return 0, fmt.Errorf("store: count entries: %w", err)
@@ -442,13 +482,15 @@ func (s *Store) ClaimOne(ctx context.Context, tenant, deadID, newID, actor strin
 type SpecFunc func(Entry) schema.JobSpec
 
 // ClaimBatch claims the re-drives of up to limit entries of tenant matching
-// f that a bulk re-drive takes (oldest dead first), reserving a new job id
-// from newID for each. Entries another caller is claiming are skipped.
-func (s *Store) ClaimBatch(ctx context.Context, tenant string, f Filter, limit int, actor string, now time.Time,
+// f that a bulk re-drive takes (oldest dead first) among those listed by
+// asOf (see Clock), reserving a new job id from newID for each. Entries
+// another caller is claiming are skipped. asOf keeps a bulk re-drive from
+// taking the entries its own re-driven jobs make when they die again.
+func (s *Store) ClaimBatch(ctx context.Context, tenant string, f Filter, asOf time.Time, limit int, actor string, now time.Time,
 	newID func() string, specOf SpecFunc) ([]Claim, error) {
 	var claims []Claim
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		q := newQuery(tenant, f).redrivable()
+		q := newQuery(tenant, f).redrivable().listedBy(asOf)
 		rows, err := tx.Query(ctx, `SELECT `+entryColumns+entryFrom+` WHERE `+q.sql()+
 			` ORDER BY e.dead_at, e.job_id LIMIT `+q.arg(limit)+` FOR UPDATE OF e SKIP LOCKED`, q.args...)
 		if err != nil {

@@ -196,11 +196,12 @@ const maxErrorText = 1024
 // retry.
 func (l *Loop) attempt(ctx context.Context, c store.Claimed) {
 	start := l.now()
-	code, errText := l.send(ctx, c, start)
+	code, errText, exchange := l.send(ctx, c, start)
 	errText = schema.SanitizeText(errText, maxErrorText)
 	res := store.Result{
 		DeliveryID: c.ID, EndpointID: c.EndpointID, Attempt: c.Attempt, At: l.now(),
 		StatusCode: code, Latency: l.now().Sub(start), Error: errText, DisableAfter: l.cfg.DisableAfter,
+		Exchange: exchange, ReplayedBy: c.ReplayBy,
 	}
 	l.latency.Record(ctx, res.Latency.Seconds())
 	outcome := policy.Classify(code)
@@ -211,7 +212,9 @@ func (l *Loop) attempt(ctx context.Context, c store.Claimed) {
 	case policy.Gone:
 		res.Disable = "endpoint answered 410 Gone"
 	default:
-		if wait, ok := l.cfg.Retry.Next(c.Attempt); ok {
+		// A replay is one attempt asked for by hand: when it fails, the
+		// delivery fails again rather than restarting the retry schedule.
+		if wait, ok := l.cfg.Retry.Next(c.Attempt); ok && c.ReplayBy == "" {
 			res.NextAttempt = res.At.Add(wait)
 			label = "retry"
 		}
@@ -238,40 +241,46 @@ func (l *Loop) attempt(ctx context.Context, c store.Claimed) {
 	}
 }
 
-// send makes the request. It returns the response status (0 if none) and
-// an error text for anything but a 2xx.
-func (l *Loop) send(ctx context.Context, c store.Claimed, at time.Time) (int, string) {
+// send makes the request, signed for at. It returns the response status
+// (0 if none), an error text for anything but a 2xx, and the exchange for
+// the delivery log.
+func (l *Loop) send(ctx context.Context, c store.Claimed, at time.Time) (int, string, store.Exchange) {
+	var ex store.Exchange
 	keys, err := l.keys(c, at)
 	if err != nil {
-		return 0, err.Error()
+		return 0, err.Error(), ex
 	}
 	ctx, cancel := context.WithTimeout(ctx, l.cfg.Timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.URL, bytes.NewReader(c.Body))
 	if err != nil {
-		return 0, "invalid url: " + err.Error()
+		return 0, "invalid url: " + err.Error(), ex
 	}
 	req.Header.Set("Content-Type", "application/cloudevents+json")
 	req.Header.Set("User-Agent", "Ferry-Webhooks/1")
 	req.Header.Set(signing.HeaderID, c.ID)
 	req.Header.Set(signing.HeaderTimestamp, strconv.FormatInt(at.Unix(), 10))
 	req.Header.Set(signing.HeaderSignature, signing.Header(keys, c.ID, at, c.Body))
+	ex.RequestHeaders = loggedHeaders(req.Header)
 	resp, err := l.client.Do(req)
 	if err != nil {
 		if errors.Is(err, outbound.ErrBlocked) {
-			return 0, "blocked by the SSRF guard: " + err.Error()
+			return 0, "blocked by the SSRF guard: " + err.Error(), ex
 		}
 		if errors.Is(err, context.DeadlineExceeded) {
-			return 0, fmt.Sprintf("timed out after %s", l.cfg.Timeout)
+			return 0, fmt.Sprintf("timed out after %s", l.cfg.Timeout), ex
 		}
-		return 0, err.Error()
+		return 0, err.Error(), ex
 	}
-	body, _, _ := outbound.ReadBody(resp.Body, l.cfg.MaxResponseBytes)
+	body, truncated, _ := outbound.ReadBody(resp.Body, l.cfg.MaxResponseBytes)
 	resp.Body.Close()
+	ex.ResponseHeaders = loggedHeaders(resp.Header)
+	ex.ResponseBody = schema.SanitizeText(string(body[:min(len(body), maxLoggedBody)]), 0)
+	ex.ResponseTruncated = truncated || len(body) > maxLoggedBody
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
-		return resp.StatusCode, ""
+		return resp.StatusCode, "", ex
 	}
-	return resp.StatusCode, "HTTP " + strconv.Itoa(resp.StatusCode) + snippet(body)
+	return resp.StatusCode, "HTTP " + strconv.Itoa(resp.StatusCode) + snippet(body), ex
 }
 
 // keys opens the endpoint's signing secret and, during its grace period,

@@ -300,6 +300,9 @@ type Claimed struct {
 	URL                                          string
 	SecretEnc, PrevSecretEnc                     []byte
 	PrevUntil                                    *time.Time
+	// ReplayBy is the key id that asked for this attempt as a replay ("":
+	// an attempt of the retry schedule).
+	ReplayBy string
 }
 
 // Claim takes due deliveries of the given endpoints, at most allow[i] of
@@ -324,7 +327,7 @@ func (s *Store) Claim(ctx context.Context, eps []string, allow []int, limit int,
 		FROM c, webhook_endpoints w
 		WHERE d.id = c.id AND w.id = d.endpoint_id AND w.deleted_at IS NULL AND w.disabled_at IS NULL
 		RETURNING d.id, d.tenant_id, d.endpoint_id, d.event_id, d.event_type, d.body, d.attempts + 1,
-			w.url, w.secret_enc, w.prev_secret_enc, w.prev_secret_until`,
+			w.url, w.secret_enc, w.prev_secret_enc, w.prev_secret_until, COALESCE(d.replay_by, '')`,
 		eps, allow, limit, lease)
 	if err != nil {
 		return nil, fmt.Errorf("store: claim: %w", err)
@@ -332,7 +335,7 @@ func (s *Store) Claim(ctx context.Context, eps []string, allow []int, limit int,
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Claimed, error) {
 		var c Claimed
 		err := r.Scan(&c.ID, &c.TenantID, &c.EndpointID, &c.EventID, &c.EventType, &c.Body, &c.Attempt,
-			&c.URL, &c.SecretEnc, &c.PrevSecretEnc, &c.PrevUntil)
+			&c.URL, &c.SecretEnc, &c.PrevSecretEnc, &c.PrevUntil, &c.ReplayBy)
 		return c, err
 	})
 }
@@ -354,6 +357,23 @@ type Result struct {
 	// DisableAfter disables the endpoint when it has failed without a
 	// success for this long (0: never).
 	DisableAfter time.Duration
+	// Exchange is what was sent and what came back, for the delivery log.
+	Exchange Exchange
+	// ReplayedBy is the key id that asked for this attempt as a replay.
+	ReplayedBy string
+}
+
+// Exchange is the logged request and response of one attempt.
+type Exchange struct {
+	// RequestHeaders are the headers sent, the signature redacted.
+	RequestHeaders map[string]string
+	// ResponseHeaders are the headers received (nil: no response), the
+	// secret-looking ones redacted.
+	ResponseHeaders map[string]string
+	// ResponseBody is the start of the response body, as storable text.
+	ResponseBody string
+	// ResponseTruncated says the body was longer than what is kept.
+	ResponseTruncated bool
 }
 
 // Record stores an attempt, moves the delivery on and keeps the endpoint's
@@ -365,10 +385,7 @@ func (s *Store) Record(ctx context.Context, r Result) (disabled string, err erro
 			code = &r.StatusCode
 		}
 		ms := int(r.Latency.Milliseconds())
-		if _, err := tx.Exec(ctx, `INSERT INTO webhook_attempts (delivery_id, attempt, at, status_code, latency_ms, error)
-			VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (delivery_id, attempt)
-			DO UPDATE SET at = EXCLUDED.at, status_code = EXCLUDED.status_code, latency_ms = EXCLUDED.latency_ms, error = EXCLUDED.error`,
-			r.DeliveryID, r.Attempt, r.At, code, ms, r.Error); err != nil {
+		if err := insertAttempt(ctx, tx, r, code, ms); err != nil {
 			return err
 		}
 		status, next := StatusPending, &r.NextAttempt
@@ -380,7 +397,8 @@ func (s *Store) Record(ctx context.Context, r Result) (disabled string, err erro
 			status, next = StatusFailed, nil
 		}
 		if _, err := tx.Exec(ctx, `UPDATE webhook_deliveries SET status = $2, attempts = GREATEST(attempts, $3),
-			next_attempt_at = $4, last_status_code = $5, last_latency_ms = $6, last_error = $7, delivered_at = $8, updated_at = now()
+			next_attempt_at = $4, last_status_code = $5, last_latency_ms = $6, last_error = $7, delivered_at = $8,
+			replay_by = NULL, updated_at = now()
 			WHERE id = $1 AND status = 'pending'`,
 			r.DeliveryID, status, r.Attempt, next, code, ms, r.Error, deliveredAt); err != nil {
 			return err
@@ -415,36 +433,6 @@ func (s *Store) Record(ctx context.Context, r Result) (disabled string, err erro
 		return cancelPending(ctx, tx, r.EndpointID, "endpoint disabled")
 	})
 	return disabled, err
-}
-
-// Delivery is one row of the delivery log.
-type Delivery struct {
-	Seq                         int64
-	ID, EventID, EventType      string
-	Status                      string
-	Attempts                    int
-	LastStatusCode, LastLatency *int
-	LastError                   string
-	NextAttemptAt, DeliveredAt  *time.Time
-	CreatedAt                   time.Time
-}
-
-// Deliveries lists the deliveries of one endpoint of tenant, newest first,
-// older than cursor (a seq; 0 = from the newest).
-func (s *Store) Deliveries(ctx context.Context, tenant, endpointID string, cursor int64, limit int) ([]Delivery, error) {
-	rows, err := s.pool.Query(ctx, `SELECT seq, id, event_id, event_type, status, attempts, last_status_code, last_latency_ms,
-			last_error, next_attempt_at, delivered_at, created_at
-		FROM webhook_deliveries WHERE tenant_id = $1 AND endpoint_id = $2 AND ($3 = 0 OR seq < $3)
-		ORDER BY seq DESC LIMIT $4`, tenant, endpointID, cursor, limit)
-	if err != nil {
-		return nil, err
-	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Delivery, error) {
-		var d Delivery
-		err := r.Scan(&d.Seq, &d.ID, &d.EventID, &d.EventType, &d.Status, &d.Attempts, &d.LastStatusCode, &d.LastLatency,
-			&d.LastError, &d.NextAttemptAt, &d.DeliveredAt, &d.CreatedAt)
-		return d, err
-	})
 }
 
 // Final delivery statuses, as the retention index (migration 0002) lists them.

@@ -1,4 +1,4 @@
-// Dead letters: filter, inspect (history with error classes), edit the
+// Dead letters: filter (type, queue, class, tag, text, time), inspect (history with error classes), edit the
 // payload and re-drive one entry, suppress, purge; bulk re-drive of a
 // filter after a dry-run preview of what it would re-drive.
 import { api, query } from "../api.js";
@@ -8,11 +8,12 @@ const classes = ["", "app_error", "retryable", "permanent", "timeout", "worker_l
 
 export async function render(main, r) {
   const p = r.params;
-  const filter = { type: p.get("type"), queue: p.get("queue"), class: p.get("class"), q: p.get("q"), from: iso(p.get("from")), to: iso(p.get("to")) };
+  const filter = { type: p.get("type"), queue: p.get("queue"), class: p.get("class"), tag: p.get("tag"), q: p.get("q"), from: iso(p.get("from")), to: iso(p.get("to")) };
   const form = h("form", { class: "filters", id: "dlq-filter" },
     field("Type", h("input", { name: "type", value: p.get("type") || "", size: 12 })),
     field("Queue", h("input", { name: "queue", value: p.get("queue") || "", size: 12 })),
     field("Class", select("class", classes, p.get("class") || "")),
+    field("Tag", h("input", { name: "tag", value: p.get("tag") || "", size: 10 })),
     field("Text", h("input", { name: "q", value: p.get("q") || "", size: 14 })),
     field("From", h("input", { name: "from", type: "datetime-local", value: p.get("from") || "" })),
     field("To", h("input", { name: "to", type: "datetime-local", value: p.get("to") || "" })),
@@ -43,7 +44,8 @@ function entryState(e) {
 
 /** bulkPanel offers the bulk re-drive of the current filter: a dry run first, then the real one. */
 function bulkPanel(el, filter) {
-  const body = { filter: Object.fromEntries(Object.entries(filter).filter(([, v]) => v)) };
+  const { tag, ...rest } = filter;
+  const body = { filter: Object.fromEntries(Object.entries({ ...rest, tags: tag ? [tag] : undefined }).filter(([, v]) => v)) };
   const out = h("div", { id: "dlq-preview" });
   const go = h("button", { type: "button", id: "dlq-redrive-all", disabled: true }, "Re-drive them");
   const dry = h("button", { type: "button", class: "secondary", id: "dlq-dry-run" }, "Preview bulk re-drive (dry run)");

@@ -1,10 +1,11 @@
 // Job: the job's whole life as a timeline of its lifecycle events, live
 // over SSE (GET /v1/jobs/{id}/events replays the history first), with its
-// progress, payload, result, errors per attempt and trace id; cancel and
-// re-run.
-import { api, liveAvailable, ApiError } from "../api.js";
-import { h, fill, badge, json, fmtTime, table, act, toast } from "../ui.js";
+// progress, payload, result, errors per attempt and trace id, and the
+// webhook deliveries its events caused; cancel and re-run.
+import { api, liveAvailable, ApiError, query } from "../api.js";
+import { h, fill, badge, json, fmtTime, table, act, toast, errorText } from "../ui.js";
 import { statusAfter } from "./jobs.js";
+import { deliveryTable } from "./webhooks.js";
 
 const terminal = new Set(["succeeded", "dead", "cancelled"]);
 const pollMs = 2000;
@@ -30,6 +31,7 @@ export async function render(main, r) {
     progressText: h("span", { id: "job-progress-text", class: "muted" }), facts: h("div"),
     timeline: h("ol", { class: "timeline", id: "job-timeline" }), attempts: h("div", { id: "job-attempts" }),
     outcome: h("div", { id: "job-outcome" }), actions: h("div", { class: "actions" }),
+    webhooks: h("div", { id: "job-webhooks" }),
   };
   const failures = [];
   fill(main, h("h1", {}, "Job ", h("span", { class: "mono" }, id), " ", view.status),
@@ -37,14 +39,17 @@ export async function render(main, r) {
     h("div", { class: "grid" },
       h("section", { class: "card" }, h("h2", {}, "Timeline"), view.timeline),
       h("section", { class: "card" }, h("h2", {}, "Errors per attempt"), view.attempts)),
-    view.outcome);
+    view.outcome, h("section", { class: "card" }, h("h2", {}, "Webhook deliveries"), view.webhooks));
   const paint = () => paintJob(view, job, failures);
   paint();
+  const webhooks = () => loadWebhooks(view.webhooks, id);
+  webhooks();
   const refresh = async () => { job = await api("GET", "/v1/jobs/" + encodeURIComponent(id)); paint(); };
   // Re-read the job now and then as well: the only updates of an admin
   // session (EventSource cannot send Ferry-Tenant), and a safety net when a
-  // proxy holds the stream back.
-  const timer = setInterval(() => { if (!terminal.has(job.status)) refresh().catch(() => {}); }, liveAvailable() ? fallbackMs : pollMs);
+  // proxy holds the stream back. Deliveries follow the job's events, so
+  // they are re-read with it.
+  const timer = setInterval(() => { if (!terminal.has(job.status)) refresh().catch(() => {}); webhooks(); }, liveAvailable() ? fallbackMs : pollMs);
   if (!liveAvailable()) return () => clearInterval(timer);
   const es = new EventSource("/v1/jobs/" + encodeURIComponent(id) + "/events");
   const onEvent = (ev) => {
@@ -79,6 +84,16 @@ function paintJob(v, job, failures) {
     h("section", { class: "card" }, h("h2", {}, "Payload"), json(job.payload)),
     h("section", { class: "card", id: "job-result" }, h("h2", {}, "Result"), json(job.result))));
   fill(v.actions, actions(job));
+}
+
+/** loadWebhooks shows the first page of the webhook deliveries the job's events caused. */
+async function loadWebhooks(el, id) {
+  try {
+    const out = await api("GET", "/v1/webhooks/deliveries" + query({ job_id: id, limit: 20 }));
+    fill(el, deliveryTable(out.deliveries, "No webhook deliveries."), out.next_cursor ? h("p", { class: "muted" }, "Showing the newest 20.") : null);
+  } catch (e) {
+    fill(el, h("p", { class: "muted" }, e.status === 404 ? "No webhooks service." : errorText(e)));
+  }
 }
 
 function kv(k, v) { return [h("dt", {}, k), h("dd", {}, v === undefined || v === null ? "—" : v)]; }

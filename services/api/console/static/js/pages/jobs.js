@@ -1,8 +1,8 @@
-// Jobs: filter by status, type, queue and tag (or jump to an id); newest
-// first with cursor pagination; statuses update live from the tenant's
-// event stream.
+// Jobs: filter by status, type, queue, tag and creation time (or jump to
+// an id); newest first with cursor pagination; statuses update live from
+// the tenant's event stream.
 import { api, query, liveAvailable } from "../api.js";
-import { h, fill, table, badge, fmtTime, formValues, select, field, moreButton, errorText } from "../ui.js";
+import { h, fill, table, badge, fmtTime, formValues, select, field, moreButton, errorText, iso } from "../ui.js";
 
 const statuses = ["", "queued", "scheduled", "running", "succeeded", "dead", "cancelled"];
 const pageSize = 50;
@@ -17,6 +17,8 @@ export async function render(main, r) {
     field("Type", h("input", { name: "type", value: p.get("type") || "", size: 12 })),
     field("Queue", h("input", { name: "queue", value: p.get("queue") || "", size: 12 })),
     field("Tag", h("input", { name: "tag", value: p.get("tag") || "", size: 10 })),
+    field("Created from", h("input", { name: "from", type: "datetime-local", value: p.get("from") || "" })),
+    field("Created before", h("input", { name: "to", type: "datetime-local", value: p.get("to") || "" })),
     h("button", { type: "submit" }, "Filter"),
     field("Job id", h("input", { name: "id", size: 18, placeholder: "job_…" })),
     h("button", { type: "button", class: "secondary", id: "jobs-open", onclick: () => openId(form) }, "Open"));
@@ -29,9 +31,10 @@ export async function render(main, r) {
   const list = h("div", { id: "jobs-list" });
   fill(main, h("h1", {}, "Jobs"), form, list);
   const filter = { status: p.get("status"), type: p.get("type"), queue: p.get("queue"), tag: p.get("tag") };
+  const created = { created_from: iso(p.get("from")), created_to: iso(p.get("to")) };
   const rows = new Map();
   const load = async (cursor) => {
-    const out = await api("GET", "/v1/jobs" + query({ ...filter, limit: pageSize, cursor }));
+    const out = await api("GET", "/v1/jobs" + query({ ...filter, ...created, limit: pageSize, cursor }));
     for (const j of out.jobs) rows.set(j.id, j);
     fill(list, table(["Job", "Type", "Queue", "Status", "Attempt", "Created"], [...rows.values()], (j) => [
       h("a", { href: "#/jobs/" + encodeURIComponent(j.id), class: "mono" }, j.id), j.type, j.queue,
