@@ -119,16 +119,49 @@ func TestOneWritePerJobPerBatch(t *testing.T) {
 	}
 }
 
+// TestNoIndexCoversState: no index of jobs covers a state column (in its
+// key, its expressions or its predicate), the condition for the status
+// updates to be HOT.
+func TestNoIndexCoversState(t *testing.T) {
+	s := open(t)
+	rows, err := s.pool.Query(context.Background(), `SELECT i.indexrelid::regclass::text, a.attname
+		FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum > 0
+		WHERE i.indrelid = 'jobs'::regclass AND (a.attnum = ANY(i.indkey)
+			OR pg_get_expr(i.indexprs, i.indrelid) LIKE '%' || a.attname || '%'
+			OR pg_get_expr(i.indpred, i.indrelid) LIKE '%' || a.attname || '%')`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	indexed := map[string][]string{}
+	var index, name string
+	if _, err := pgx.ForEachRow(rows, []any{&index, &name}, func() error {
+		indexed[name] = append(indexed[name], index)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range columnsOf(stateColumn) {
+		if ix := indexed[c.name]; len(ix) > 0 {
+			t.Errorf("state column %s is covered by %v", c.name, ix)
+		}
+	}
+	if len(indexed["created_at"]) == 0 || len(indexed["tenant_id"]) == 0 {
+		t.Fatalf("list and retention indexes missing: %v", indexed)
+	}
+}
+
 // TestStatusUpdatesAreHOT: the updates of a job's lifecycle (queued →
-// running → progress → succeeded) change no indexed column, so Postgres
-// writes them without touching an index; the payload and the other
-// specification columns survive them.
+// running → progress → succeeded) are written without touching an index
+// (HOT), and the payload and the other specification columns survive
+// them. Postgres skips HOT for a page it cannot prune at that moment (a
+// snapshot still sees the old versions, or another process has the page
+// pinned, as a checkpoint does), which a loaded machine makes common, so
+// the check is that most updates are HOT; before the indexes were narrowed
+// none was.
 func TestStatusUpdatesAreHOT(t *testing.T) {
 	s := open(t)
 	// An autovacuum ANALYZE of the young table holds a snapshot that keeps
-	// the previous batch's row versions from being pruned while it runs,
-	// and then an update may not find room on its page; this test checks
-	// the shape of the writes, not autovacuum's timing.
+	// the previous batch's row versions from being pruned while it runs.
 	if _, err := s.pool.Exec(context.Background(), `ALTER TABLE jobs SET (autovacuum_enabled = false)`); err != nil {
 		t.Fatal(err)
 	}
@@ -142,8 +175,8 @@ func TestStatusUpdatesAreHOT(t *testing.T) {
 		recs []*kgo.Record
 	}{{"started", started}, {"progress", progress}, {"completed", completed}} {
 		w := s.applyCounting(t, step.recs)
-		if w.updated != n || w.hot != n {
-			t.Fatalf("%s: %d updates, %d of them HOT; want %d, all HOT", step.name, w.updated, w.hot, n)
+		if w.updated != n || w.hot < n/2 {
+			t.Fatalf("%s: %d updates, %d of them HOT; want %d, most HOT", step.name, w.updated, w.hot, n)
 		}
 	}
 	j, ok, err := s.Get(context.Background(), "acme", "job_0007")
