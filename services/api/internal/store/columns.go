@@ -3,6 +3,7 @@ package store
 import (
 	"encoding/json"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -291,37 +292,44 @@ func (c column) value() string {
 	return "x." + c.name
 }
 
-// insertJobs inserts new rows. A row another transaction inserted first is
-// skipped (and the batch retried: the caller compares the count).
-var insertJobs = func() batchWrite {
-	cols := jobColumns
-	names, values := make([]string, len(cols)), make([]string, len(cols))
-	for i, c := range cols {
-		names[i], values[i] = c.name, c.value()
-	}
-	return batchWrite{cols: cols, sql: `INSERT INTO jobs (` + strings.Join(names, ", ") + `) SELECT ` + strings.Join(values, ", ") +
-		` FROM ` + unnestFrom(cols) + ` ON CONFLICT (tenant_id, id) DO NOTHING`}
-}()
-
-// updateJobs returns the UPDATE of the columns of groups (besides the key)
-// of rows at the version before the written one.
-func updateJobs(groups ...columnGroup) batchWrite {
-	cols := columnsOf(append([]columnGroup{keyColumn}, groups...)...)
-	var set []string
-	for _, c := range cols {
-		if c.group != keyColumn {
-			set = append(set, c.name+" = "+c.value())
+// upsertJobs returns the statement writing the columns of groups: an
+// INSERT of every row with ON CONFLICT on the primary key updating the
+// existing row (its non-key columns of groups) when it is at the version
+// before the written one. Each row's conflict is found through the primary
+// key, whatever the table's size, so the statement never turns into a
+// scan of the table (an UPDATE … FROM unnest would: the planner prefers a
+// hash join over a sequential scan of a table of up to some hundred
+// thousand rows). A row another transaction inserted first is neither
+// inserted nor updated; the caller compares the count.
+//
+// created_at is in every INSERT list: it is NOT NULL without a default, so
+// the would-be new row of a state-only write needs it too.
+func upsertJobs(groups ...columnGroup) batchWrite {
+	var cols []column
+	for _, c := range jobColumns {
+		if c.group == keyColumn || c.name == "created_at" || slices.Contains(groups, c.group) {
+			cols = append(cols, c)
 		}
 	}
-	return batchWrite{cols: cols, sql: `UPDATE jobs SET ` + strings.Join(set, ", ") + `, updated_at = now() FROM ` + unnestFrom(cols) +
-		` WHERE jobs.tenant_id = x.tenant_id AND jobs.id = x.id AND jobs.version = x.version - 1`}
+	names, values, set := make([]string, len(cols)), make([]string, len(cols)), []string{}
+	for i, c := range cols {
+		names[i], values[i] = c.name, c.value()
+		if slices.Contains(groups, c.group) {
+			set = append(set, c.name+" = EXCLUDED."+c.name)
+		}
+	}
+	return batchWrite{cols: cols, sql: `INSERT INTO jobs (` + strings.Join(names, ", ") + `) SELECT ` + strings.Join(values, ", ") +
+		` FROM ` + unnestFrom(cols) + ` ON CONFLICT (tenant_id, id) DO UPDATE SET ` + strings.Join(set, ", ") +
+		`, updated_at = now() WHERE jobs.version = EXCLUDED.version - 1`}
 }
 
 var (
-	// updateState rewrites where jobs are; their specification is unchanged.
-	updateState = updateJobs(stateColumn)
-	// updateAll rewrites whole rows whose specification changed.
-	updateAll = updateJobs(specColumn, stateColumn)
+	// writeWhole inserts new rows and rewrites rows whose specification
+	// changed.
+	writeWhole = upsertJobs(specColumn, stateColumn)
+	// writeState rewrites where existing jobs are; their specification is
+	// unchanged and not sent.
+	writeState = upsertJobs(stateColumn)
 )
 
 // sameSpec reports whether a and b hold the same specification columns.

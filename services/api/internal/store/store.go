@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -156,17 +157,26 @@ func (s *Store) groupByJob(recs []*kgo.Record) batchEvents {
 	return b
 }
 
-// loadForUpdate reads and locks the existing rows of keys through the
-// primary key, in key order so two projection transactions never
-// deadlock.
+// loadForUpdate reads and locks the existing rows of keys, each through
+// the primary key (a lateral subquery per key: the planner cannot turn it
+// into a scan of the table, as it would a join with the key arrays while
+// the table is small enough), in key order so two projection transactions
+// never deadlock.
 func loadForUpdate(ctx context.Context, tx pgx.Tx, keys []jobKey) (map[jobKey]Job, error) {
-	tenants, ids := make([]string, len(keys)), make([]string, len(keys))
-	for i, k := range keys {
+	sorted := slices.Clone(keys)
+	sort.Slice(sorted, func(a, b int) bool {
+		if sorted[a].tenant != sorted[b].tenant {
+			return sorted[a].tenant < sorted[b].tenant
+		}
+		return sorted[a].id < sorted[b].id
+	})
+	tenants, ids := make([]string, len(sorted)), make([]string, len(sorted))
+	for i, k := range sorted {
 		tenants[i], ids[i] = k.tenant, k.id
 	}
-	rows, err := tx.Query(ctx, `SELECT `+selectColumns+` FROM jobs
-		WHERE (tenant_id, id) IN (SELECT * FROM unnest($1::text[], $2::text[]))
-		ORDER BY tenant_id, id FOR UPDATE`, tenants, ids)
+	rows, err := tx.Query(ctx, `SELECT j.* FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS k(t, i, n)
+		CROSS JOIN LATERAL (SELECT `+selectColumns+` FROM jobs WHERE tenant_id = k.t AND id = k.i FOR UPDATE) j
+		ORDER BY k.n`, tenants, ids)
 	if err != nil {
 		return nil, fmt.Errorf("store: load jobs: %w", err)
 	}
@@ -211,11 +221,12 @@ func fold(batch batchEvents, loaded map[jobKey]Job, now time.Time) ([]Job, *coun
 	return writes, counts
 }
 
-// writeJobs writes each changed job with one statement per kind of write,
-// in key order: new rows, rows whose state changed, rows whose
-// specification changed too (rare: an enqueued event after the row was
-// created from a later one). A row another transaction wrote meanwhile
-// fails the batch with ErrConcurrentWrite; the retry merges into it.
+// writeJobs writes each changed job, in key order, with one statement
+// per kind of write: rows whose specification is unchanged get their state
+// columns only; new rows, and rows whose specification changed (rare: an
+// enqueued event after the row was created from a later one), are written
+// whole. A row another transaction wrote meanwhile fails the batch with
+// ErrConcurrentWrite; the retry merges into it.
 func writeJobs(ctx context.Context, tx pgx.Tx, writes []Job, loaded map[jobKey]Job) error {
 	sort.Slice(writes, func(a, b int) bool {
 		if writes[a].TenantID != writes[b].TenantID {
@@ -223,22 +234,19 @@ func writeJobs(ctx context.Context, tx pgx.Tx, writes []Job, loaded map[jobKey]J
 		}
 		return writes[a].ID < writes[b].ID
 	})
-	var inserts, updates, rewrites []Job
+	var whole, state []Job
 	for _, j := range writes {
 		before, found := loaded[jobKey{j.TenantID, j.ID}]
-		switch {
-		case !found:
-			inserts = append(inserts, j)
-		case sameSpec(&before, &j):
-			updates = append(updates, j)
-		default:
-			rewrites = append(rewrites, j)
+		if found && sameSpec(&before, &j) {
+			state = append(state, j)
+		} else {
+			whole = append(whole, j)
 		}
 	}
 	for _, w := range []struct {
 		stmt batchWrite
 		jobs []Job
-	}{{insertJobs, inserts}, {updateState, updates}, {updateAll, rewrites}} {
+	}{{writeWhole, whole}, {writeState, state}} {
 		if len(w.jobs) == 0 {
 			continue
 		}
