@@ -241,19 +241,6 @@ var selectColumns = func() string {
 	return strings.Join(names, ", ")
 }()
 
-// columnsOf returns the columns of the groups, in table order.
-func columnsOf(groups ...columnGroup) []column {
-	var out []column
-	for _, c := range jobColumns {
-		for _, g := range groups {
-			if c.group == g {
-				out = append(out, c)
-			}
-		}
-	}
-	return out
-}
-
 // batchWrite is a statement writing many rows: one array parameter per
 // column (unnest), so the statement text is the same whatever the number
 // of rows and is prepared once per connection.

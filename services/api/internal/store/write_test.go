@@ -187,3 +187,16 @@ func TestStatusUpdatesAreHOT(t *testing.T) {
 		t.Fatalf("%+v", j)
 	}
 }
+
+// columnsOf returns the columns of the groups, in table order.
+func columnsOf(groups ...columnGroup) []column {
+	var out []column
+	for _, c := range jobColumns {
+		for _, g := range groups {
+			if c.group == g {
+				out = append(out, c)
+			}
+		}
+	}
+	return out
+}
