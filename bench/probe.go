@@ -280,8 +280,8 @@ type Counters struct {
 	Kafka  Offsets
 	PG     PGStats
 	Redis  map[string]int64
-	Tables map[string]int64 // rows inserted + updated + deleted per table
-	CPU    CPUTicks         // CPU time per component of the stack
+	Tables map[string]tableStats
+	CPU    CPUTicks // CPU time per component of the stack
 }
 
 func (p *Probe) counters(ctx context.Context) Counters {
@@ -289,18 +289,63 @@ func (p *Probe) counters(ctx context.Context) Counters {
 	c.Kafka, _ = p.endOffsets(ctx)
 	c.PG, _ = p.pgStats(ctx)
 	c.Redis, _ = p.redisCalls(ctx)
-	c.Tables = map[string]int64{}
-	if rows, err := p.pg.Query(ctx, `SELECT relname, n_tup_ins + n_tup_upd + n_tup_del FROM pg_stat_user_tables`); err == nil {
-		for rows.Next() {
-			var name string
-			var n int64
-			if rows.Scan(&name, &n) == nil {
-				c.Tables[name] += n
-			}
-		}
-		rows.Close()
-	}
+	c.Tables, _ = p.tableStats(ctx)
 	return c
+}
+
+// tableStats are one table's counters of pg_stat_user_tables.
+type tableStats struct {
+	// Writes are rows inserted + updated + deleted.
+	Writes int64
+	// Fetched are rows read by index and sequential scans (idx_tup_fetch +
+	// seq_tup_read): which table the database-wide tup_fetched comes from.
+	Fetched int64
+	// Updates and HOTUpdates: an update is HOT when it changes no indexed
+	// column and the new row version fits its page (no index writes).
+	Updates, HOTUpdates int64
+}
+
+// tableStats reads pg_stat_user_tables; partitions count under their own
+// names.
+func (p *Probe) tableStats(ctx context.Context) (map[string]tableStats, error) {
+	rows, err := p.pg.Query(ctx, `SELECT relname, n_tup_ins + n_tup_upd + n_tup_del,
+		coalesce(idx_tup_fetch, 0) + seq_tup_read, n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables`)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]tableStats{}
+	var (
+		name string
+		t    tableStats
+	)
+	_, err = pgx.ForEachRow(rows, []any{&name, &t.Writes, &t.Fetched, &t.Updates, &t.HOTUpdates}, func() error {
+		out[name] = t
+		return nil
+	})
+	return out, err
+}
+
+// tableDeltas are the per-table changes between a and b.
+func tableDeltas(a, b map[string]tableStats) map[string]tableStats {
+	out := map[string]tableStats{}
+	for k, v := range b {
+		w := a[k]
+		out[k] = tableStats{Writes: v.Writes - w.Writes, Fetched: v.Fetched - w.Fetched,
+			Updates: v.Updates - w.Updates, HOTUpdates: v.HOTUpdates - w.HOTUpdates}
+	}
+	return out
+}
+
+// topPerJob formats the six largest positive values of m per job of f.
+func topPerJob(m map[string]int64, f float64) string {
+	var parts []string
+	for _, k := range sortedByValue(m) {
+		if len(parts) == 6 || m[k] <= 0 {
+			break
+		}
+		parts = append(parts, fmt.Sprintf("%s %.2f", k, float64(m[k])/f))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // perJob formats what happened between a and b per job of n.
@@ -327,41 +372,34 @@ func (p *Probe) perJob(a, b Counters, n int) (string, map[string]any) {
 			rtotal += d
 		}
 	}
-	var rparts []string
-	for _, k := range sortedByValue(redisDelta) {
-		if len(rparts) == 6 {
-			break
-		}
-		rparts = append(rparts, fmt.Sprintf("%s %.2f", k, float64(redisDelta[k])/f))
-	}
 	pg := PGStats{
 		XactCommit: b.PG.XactCommit - a.PG.XactCommit, TupInserted: b.PG.TupInserted - a.PG.TupInserted,
 		TupUpdated: b.PG.TupUpdated - a.PG.TupUpdated, TupDeleted: b.PG.TupDeleted - a.PG.TupDeleted,
 		TupFetched: b.PG.TupFetched - a.PG.TupFetched,
 	}
 	s := fmt.Sprintf("per job: kafka records %.2f (%s); redis commands %.2f (%s); postgres commits %.3f, rows inserted %.2f, updated %.2f, fetched %.2f",
-		float64(total)/f, strings.Join(parts, ", "), float64(rtotal)/f, strings.Join(rparts, ", "),
+		float64(total)/f, strings.Join(parts, ", "), float64(rtotal)/f, topPerJob(redisDelta, f),
 		float64(pg.XactCommit)/f, float64(pg.TupInserted)/f, float64(pg.TupUpdated)/f, float64(pg.TupFetched)/f)
-	tables := map[string]int64{}
-	for k, v := range b.Tables {
-		if d := v - a.Tables[k]; d > 0 {
-			tables[k] = d
+	deltas := tableDeltas(a.Tables, b.Tables)
+	tables, fetched := map[string]int64{}, map[string]int64{}
+	for k, d := range deltas {
+		if d.Writes > 0 {
+			tables[k] = d.Writes
+		}
+		if d.Fetched > 0 {
+			fetched[k] = d.Fetched
 		}
 	}
-	var tparts []string
-	for _, k := range sortedByValue(tables) {
-		if len(tparts) == 6 {
-			break
-		}
-		tparts = append(tparts, fmt.Sprintf("%s %.2f", k, float64(tables[k])/f))
-	}
-	s += " (row writes by table: " + strings.Join(tparts, ", ") + ")"
+	jobs := deltas["jobs"]
+	s += " (row writes by table: " + topPerJob(tables, f) + "; rows fetched by table: " + topPerJob(fetched, f) +
+		fmt.Sprintf("; jobs updates %.2f, of them HOT %.2f)", float64(jobs.Updates)/f, float64(jobs.HOTUpdates)/f)
 	cpu := microsPerJob(a.CPU, b.CPU, n)
 	if len(cpu) > 1 {
 		s += fmt.Sprintf("; cpu µs per job: ferry %.0f, postgres %.0f, redis %.0f, total %.0f (the load generator not counted)",
 			cpu["ferry"], cpu["postgres"], cpu["redis"], cpu["total"])
 	}
-	detail := map[string]any{"kafka_records": recs, "table_row_writes": tables, "redis_calls": redisDelta, "postgres": pg, "jobs": n,
+	detail := map[string]any{"kafka_records": recs, "table_row_writes": tables, "table_rows_fetched": fetched,
+		"jobs_updates": jobs.Updates, "jobs_hot_updates": jobs.HOTUpdates, "redis_calls": redisDelta, "postgres": pg, "jobs": n,
 		"seconds": b.At.Sub(a.At).Seconds(), "cpu_us_per_job": cpu}
 	return s, detail
 }

@@ -25,6 +25,10 @@ var propagateOnly atomic.Bool
 // (unrecorded) root so the trace id exists.
 func SetPropagateOnly(on bool) { propagateOnly.Store(on) }
 
+// PropagateOnly reports whether no span is ever recorded (SetPropagateOnly),
+// so a consumer can skip per-record tracing work altogether.
+func PropagateOnly() bool { return propagateOnly.Load() }
+
 // hooks wraps kotel's tracer hooks with the propagate-only fast path.
 type hooks struct{ t *kotel.Tracer }
 

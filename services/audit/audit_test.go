@@ -153,10 +153,12 @@ func (b *bundle) produce(recs ...*kgo.Record) {
 	}
 }
 
-// waitRows waits until audit_events holds n rows and stays so briefly.
+// waitRows waits until audit_events holds n rows and stays so briefly. The
+// deadline is generous: on a loaded 2-core machine (load average ~20) the
+// projection of the large-row tests took longer than 20 s.
 func (b *bundle) waitRows(n int) {
 	b.t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(90 * time.Second)
 	for {
 		var got int
 		if err := b.super.QueryRow(context.Background(), `SELECT count(*) FROM audit_events`).Scan(&got); err != nil {
@@ -169,7 +171,7 @@ func (b *bundle) waitRows(n int) {
 			b.t.Fatalf("audit_events holds %d rows, want %d", got, n)
 		}
 		if time.Now().After(deadline) {
-			b.t.Fatalf("audit_events holds %d rows after 20s, want %d", got, n)
+			b.t.Fatalf("audit_events holds %d rows after 90s, want %d", got, n)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

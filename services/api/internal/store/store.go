@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -43,6 +44,14 @@ var scheduleMigrations embed.FS
 // Migrations, whose table they alter.
 var ScheduleMigrations = pgstore.Register("api-schedule", scheduleMigrations, "migrations_schedule")
 
+//go:embed migrations_hot/*.sql
+var hotMigrations embed.FS
+
+// HotMigrations narrow the jobs table's indexes to columns that do not
+// change after a job's enqueued event, so status updates are HOT;
+// registered after the migrations whose indexes they replace.
+var HotMigrations = pgstore.Register("api-hot", hotMigrations, "migrations_hot")
+
 // Migrate creates or upgrades the jobs table and tenant_throughput.
 func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
 	if err := Migrations.Apply(ctx, pool); err != nil {
@@ -52,6 +61,9 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
 		return err
 	}
 	if err := ScheduleMigrations.Apply(ctx, pool); err != nil {
+		return err
+	}
+	if err := HotMigrations.Apply(ctx, pool); err != nil {
 		return err
 	}
 	return ThroughputMigrations.Apply(ctx, pool)
@@ -76,73 +88,56 @@ func New(pool *pgxpool.Pool, log *slog.Logger) *Store {
 	return &Store{pool: pool, log: log}
 }
 
-const columns = `tenant_id, id, type, queue, priority, pool, status, attempt, max_attempts, payload, tags,
-	created_at, scheduled_for, started_at, finished_at, worker_id, progress_percent, progress_message, progress_at,
-	result, last_error_class, last_error_message, trace_id, redriven_from, idempotency_key, request_hash, schedule_id,
-	pos_attempt, pos_phase, spec_attempt, enq_attempt, delayed, run_attempt, progress_attempt, error_rank, version,
-	unique_key, unique_while, unique_until`
-
-var numColumns = len(strings.Split(columns, ","))
-
 // Job is a row with its version.
 type Job struct {
 	status.Row
 	Version int64
 }
 
-func scanJob(row pgx.CollectableRow) (Job, error) {
-	var (
-		j              Job
-		st             string
-		idem, uniq     *string
-		payload, res   []byte
-		phase          int
-		attemptIgnored int
-	)
-	err := row.Scan(&j.TenantID, &j.ID, &j.Type, &j.Queue, &j.Priority, &j.Pool, &st, &attemptIgnored, &j.MaxAttempts,
-		&payload, &j.Tags, &j.CreatedAt, &j.ScheduledFor, &j.StartedAt, &j.FinishedAt, &j.WorkerID,
-		&j.ProgressPercent, &j.ProgressMessage, &j.ProgressAt, &res, &j.LastErrorClass, &j.LastErrorMessage,
-		&j.TraceID, &j.RedrivenFrom, &idem, &j.RequestHash, &j.ScheduleID, &j.Pos.Attempt, &phase, &j.SpecAttempt, &j.EnqAttempt,
-		&j.Delayed, &j.RunAttempt, &j.ProgressAttempt, &j.ErrorRank, &j.Version, &uniq, &j.UniqueWhile, &j.UniqueUntil)
-	if err != nil {
-		return j, err
-	}
-	j.Pos.Phase = schema.Phase(phase)
-	if idem != nil {
-		j.IdempotencyKey = *idem
-	}
-	if uniq != nil {
-		j.UniqueKey = *uniq
-	}
-	if len(payload) > 0 {
-		j.Payload = payload
-	}
-	if len(res) > 0 {
-		j.Result = res
-	}
-	if len(j.Tags) == 0 {
-		j.Tags = nil
-	}
-	utc(&j.CreatedAt)
-	for _, t := range []*time.Time{j.ScheduledFor, j.StartedAt, j.FinishedAt, j.ProgressAt, j.UniqueUntil} {
-		if t != nil {
-			utc(t)
-		}
-	}
-	return j, nil
-}
-
-func utc(t *time.Time) { *t = t.UTC() }
+// jobKey is one job of one tenant.
+type jobKey struct{ tenant, id string }
 
 // Apply is the projection's ApplyFunc: it folds recs into the jobs table
-// inside tx. Records that do not decode are logged and skipped. All events
-// of one job in the batch collapse into one row write; the batch's existing
-// rows are loaded (and locked) with one query and written with one
-// multi-row upsert per 1,000 jobs.
+// inside tx, in named steps — group the batch's events by job, load (and
+// lock) the rows they touch, fold each job's events into its row in
+// memory, then write each changed job once: new rows with one INSERT,
+// changed rows with one UPDATE of the state columns (or, when the
+// specification changed, of every column), and the counters last. Records
+// that do not decode are logged and skipped.
 func (s *Store) Apply(ctx context.Context, tx pgx.Tx, recs []*kgo.Record) error {
-	type key struct{ tenant, id string }
-	byJob := map[key][]schema.Event{}
-	var order []key
+	batch := s.groupByJob(recs)
+	if len(batch.order) == 0 {
+		return nil
+	}
+	loaded, err := loadForUpdate(ctx, tx, batch.order)
+	if err != nil {
+		return err
+	}
+	writes, counts := fold(batch, loaded, time.Now())
+	if len(writes) == 0 {
+		return nil
+	}
+	if err := s.resolveIdempotencyConflicts(ctx, tx, writes); err != nil {
+		return err
+	}
+	if err := writeJobs(ctx, tx, writes, loaded); err != nil {
+		return err
+	}
+	// Last, so the counter rows are locked for the shortest time.
+	return counts.apply(ctx, tx)
+}
+
+// batchEvents are a batch's lifecycle events by job, jobs in the order
+// their first event came.
+type batchEvents struct {
+	order []jobKey
+	byJob map[jobKey][]schema.Event
+}
+
+// groupByJob decodes recs (each once) and groups the lifecycle events by
+// job; other records are skipped, undecodable ones logged.
+func (s *Store) groupByJob(recs []*kgo.Record) batchEvents {
+	b := batchEvents{byJob: map[jobKey][]schema.Event{}}
 	for _, rec := range recs {
 		ev, err := schema.Decode(rec)
 		if err != nil {
@@ -153,43 +148,59 @@ func (s *Store) Apply(ctx context.Context, tx pgx.Tx, recs []*kgo.Record) error 
 		if !ok {
 			continue
 		}
-		k := key{lc.Ref().TenantID, lc.Ref().JobID}
-		if _, seen := byJob[k]; !seen {
-			order = append(order, k)
+		k := jobKey{lc.Ref().TenantID, lc.Ref().JobID}
+		if _, seen := b.byJob[k]; !seen {
+			b.order = append(b.order, k)
 		}
-		byJob[k] = append(byJob[k], ev)
+		b.byJob[k] = append(b.byJob[k], ev)
 	}
-	if len(order) == 0 {
-		return nil
+	return b
+}
+
+// loadForUpdate reads and locks the existing rows of keys, each through
+// the primary key (a lateral subquery per key: the planner cannot turn it
+// into a scan of the table, as it would a join with the key arrays while
+// the table is small enough), in key order so two projection transactions
+// never deadlock.
+func loadForUpdate(ctx context.Context, tx pgx.Tx, keys []jobKey) (map[jobKey]Job, error) {
+	sorted := slices.Clone(keys)
+	sort.Slice(sorted, func(a, b int) bool {
+		if sorted[a].tenant != sorted[b].tenant {
+			return sorted[a].tenant < sorted[b].tenant
+		}
+		return sorted[a].id < sorted[b].id
+	})
+	tenants, ids := make([]string, len(sorted)), make([]string, len(sorted))
+	for i, k := range sorted {
+		tenants[i], ids[i] = k.tenant, k.id
 	}
-	ids := make([]string, 0, len(order))
-	for _, k := range order {
-		ids = append(ids, k.id)
-	}
-	rows, err := tx.Query(ctx, `SELECT `+columns+` FROM jobs WHERE id = ANY($1) ORDER BY tenant_id, id FOR UPDATE`, ids)
+	rows, err := tx.Query(ctx, `SELECT j.* FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS k(t, i, n)
+		CROSS JOIN LATERAL (SELECT `+selectColumns+` FROM jobs WHERE tenant_id = k.t AND id = k.i FOR UPDATE) j
+		ORDER BY k.n`, tenants, ids)
 	if err != nil {
-		return fmt.Errorf("store: load jobs: %w", err)
+		return nil, fmt.Errorf("store: load jobs: %w", err)
 	}
-	loaded, err := pgx.CollectRows(rows, scanJob)
+	jobs, err := pgx.CollectRows(rows, scanJob)
 	if err != nil {
-		return fmt.Errorf("store: load jobs: %w", err)
+		return nil, fmt.Errorf("store: load jobs: %w", err)
 	}
-	existing := make(map[key]Job, len(loaded))
-	for _, j := range loaded {
-		existing[key{j.TenantID, j.ID}] = j
+	out := make(map[jobKey]Job, len(jobs))
+	for _, j := range jobs {
+		out[jobKey{j.TenantID, j.ID}] = j
 	}
+	return out, nil
+}
+
+// fold applies each job's events to its loaded row (or a new one) with the
+// merge rules of internal/status and returns the rows that changed, with
+// the counter changes they make.
+func fold(batch batchEvents, loaded map[jobKey]Job, now time.Time) ([]Job, *countChanges) {
 	var writes []Job
-	deltas := map[string]*countDelta{}
-	qdeltas := map[queueKey]*countDelta{}
-	outcomes := map[minuteKey]*Outcomes{}
-	for _, k := range order {
-		j, found := existing[k]
-		before, queueBefore := "", ""
-		if found {
-			before, queueBefore = string(j.Status()), j.Queue
-		}
+	counts := newCountChanges()
+	for _, k := range batch.order {
+		j, found := loaded[k]
 		changed := false
-		for _, ev := range byJob[k] {
+		for _, ev := range batch.byJob[k] {
 			if status.Apply(&j.Row, ev) {
 				changed = true
 			}
@@ -197,43 +208,103 @@ func (s *Store) Apply(ctx context.Context, tx pgx.Tx, recs []*kgo.Record) error 
 		if !changed {
 			continue
 		}
-		if !found {
+		var before *Job
+		if found {
+			b := loaded[k]
+			before = &b
+		} else {
 			j.Version = 0
 		}
 		writes = append(writes, j)
-		d := deltas[j.TenantID]
-		if d == nil {
-			d = &countDelta{}
-			deltas[j.TenantID] = d
+		counts.move(before, &j, now)
+	}
+	return writes, counts
+}
+
+// writeJobs writes each changed job, in key order, with one statement
+// per kind of write: rows whose specification is unchanged get their state
+// columns only; new rows, and rows whose specification changed (rare: an
+// enqueued event after the row was created from a later one), are written
+// whole. A row another transaction wrote meanwhile fails the batch with
+// ErrConcurrentWrite; the retry merges into it.
+func writeJobs(ctx context.Context, tx pgx.Tx, writes []Job, loaded map[jobKey]Job) error {
+	sort.Slice(writes, func(a, b int) bool {
+		if writes[a].TenantID != writes[b].TenantID {
+			return writes[a].TenantID < writes[b].TenantID
 		}
-		d.add(before, -1)
-		d.add(string(j.Status()), +1)
-		addQueueDelta(qdeltas, queueKey{j.TenantID, queueBefore}, before, -1)
-		addQueueDelta(qdeltas, queueKey{j.TenantID, j.Queue}, string(j.Status()), +1)
-		if !terminal(schema.Status(before)) && terminal(j.Status()) {
-			addOutcome(outcomes, j.TenantID, j.Status(), j.FinishedAt, time.Now())
+		return writes[a].ID < writes[b].ID
+	})
+	var whole, state []Job
+	for _, j := range writes {
+		before, found := loaded[jobKey{j.TenantID, j.ID}]
+		if found && sameSpec(&before, &j) {
+			state = append(state, j)
+		} else {
+			whole = append(whole, j)
 		}
 	}
-	if len(writes) == 0 {
-		return nil
+	for _, w := range []struct {
+		stmt batchWrite
+		jobs []Job
+	}{{writeWhole, whole}, {writeState, state}} {
+		if len(w.jobs) == 0 {
+			continue
+		}
+		tag, err := tx.Exec(ctx, w.stmt.sql, w.stmt.args(w.jobs)...)
+		if err != nil {
+			return fmt.Errorf("store: write jobs: %w", err)
+		}
+		if int(tag.RowsAffected()) != len(w.jobs) {
+			return ErrConcurrentWrite
+		}
 	}
-	if err := s.resolveIdempotencyConflicts(ctx, tx, writes); err != nil {
+	return nil
+}
+
+// countChanges are a batch's changes of the counter tables kept beside
+// the jobs (tenant_job_counts, tenant_queue_counts, tenant_throughput).
+type countChanges struct {
+	tenants  map[string]*countDelta
+	queues   map[queueKey]*countDelta
+	outcomes map[minuteKey]*Outcomes
+}
+
+func newCountChanges() *countChanges {
+	return &countChanges{tenants: map[string]*countDelta{}, queues: map[queueKey]*countDelta{}, outcomes: map[minuteKey]*Outcomes{}}
+}
+
+// move counts job j leaving its status before the batch (before, nil for
+// a new row) for its status now.
+func (c *countChanges) move(before, j *Job, now time.Time) {
+	from, queueFrom := "", ""
+	if before != nil {
+		from, queueFrom = string(before.Status()), before.Queue
+	}
+	to := string(j.Status())
+	d := c.tenants[j.TenantID]
+	if d == nil {
+		d = &countDelta{}
+		c.tenants[j.TenantID] = d
+	}
+	d.add(from, -1)
+	d.add(to, +1)
+	addQueueDelta(c.queues, queueKey{j.TenantID, queueFrom}, from, -1)
+	addQueueDelta(c.queues, queueKey{j.TenantID, j.Queue}, to, +1)
+	if !terminal(schema.Status(from)) && terminal(j.Status()) {
+		addOutcome(c.outcomes, j.TenantID, j.Status(), j.FinishedAt, now)
+	}
+}
+
+// apply adds the changes, each table's rows in a fixed order so two
+// projection transactions never deadlock.
+func (c *countChanges) apply(ctx context.Context, tx pgx.Tx) error {
+	if err := applyCounts(ctx, tx, c.tenants); err != nil {
 		return err
 	}
-	for start := 0; start < len(writes); start += 1000 {
-		if err := upsert(ctx, tx, writes[start:min(start+1000, len(writes))]); err != nil {
-			return err
-		}
-	}
-	// Last, so the counter rows are locked for the shortest time; tenants in
-	// a fixed order so two projection transactions never deadlock.
-	if err := applyCounts(ctx, tx, deltas); err != nil {
+	if err := applyQueueCounts(ctx, tx, c.queues); err != nil {
 		return err
 	}
-	if err := applyQueueCounts(ctx, tx, qdeltas); err != nil {
-		return err
-	}
-	return applyThroughput(ctx, tx, outcomes)
+	return applyThroughput(ctx, tx, c.outcomes)
 }
 
 // countDelta is the change of one tenant's tenant_job_counts row.
@@ -347,81 +418,9 @@ func (s *Store) resolveIdempotencyConflicts(ctx context.Context, tx pgx.Tx, writ
 	return nil
 }
 
-func upsert(ctx context.Context, tx pgx.Tx, jobs []Job) error {
-	var sb strings.Builder
-	sb.WriteString(`INSERT INTO jobs (` + columns + `) VALUES `)
-	args := make([]any, 0, len(jobs)*numColumns)
-	for i, j := range jobs {
-		if i > 0 {
-			sb.WriteByte(',')
-		}
-		sb.WriteByte('(')
-		for c := range numColumns {
-			if c > 0 {
-				sb.WriteByte(',')
-			}
-			n := len(args) + c + 1
-			sb.WriteString("$" + strconv.Itoa(n))
-			switch c {
-			case 9, 19: // payload, result
-				sb.WriteString("::jsonb")
-			}
-		}
-		sb.WriteByte(')')
-		var idem, uniq *string
-		if j.IdempotencyKey != "" {
-			idem = &j.IdempotencyKey
-		}
-		if j.UniqueKey != "" {
-			uniq = &j.UniqueKey
-		}
-		tags := j.Tags
-		if tags == nil {
-			tags = []string{}
-		}
-		created := j.CreatedAt
-		if created.IsZero() {
-			created = time.Now().UTC()
-		}
-		args = append(args, j.TenantID, j.ID, j.Type, j.Queue, j.Priority, j.Pool, string(j.Status()), j.Pos.Attempt,
-			j.MaxAttempts, rawArg(j.Payload), tags, created, j.ScheduledFor, j.StartedAt, j.FinishedAt, j.WorkerID,
-			j.ProgressPercent, j.ProgressMessage, j.ProgressAt, rawArg(j.Result), j.LastErrorClass, j.LastErrorMessage,
-			j.TraceID, j.RedrivenFrom, idem, j.RequestHash, j.ScheduleID, j.Pos.Attempt, int(j.Pos.Phase), j.SpecAttempt, j.EnqAttempt,
-			j.Delayed, j.RunAttempt, j.ProgressAttempt, j.ErrorRank, j.Version+1, uniq, j.UniqueWhile, j.UniqueUntil)
-	}
-	sb.WriteString(` ON CONFLICT (tenant_id, id) DO UPDATE SET `)
-	for i, c := range strings.Split(columns, ",") {
-		c = strings.TrimSpace(c)
-		if c == "tenant_id" || c == "id" {
-			continue
-		}
-		if i > 2 {
-			sb.WriteByte(',')
-		}
-		sb.WriteString(c + " = EXCLUDED." + c)
-	}
-	sb.WriteString(`, updated_at = now() WHERE jobs.version = EXCLUDED.version - 1`)
-	tag, err := tx.Exec(ctx, sb.String(), args...)
-	if err != nil {
-		return fmt.Errorf("store: upsert jobs: %w", err)
-	}
-	if int(tag.RowsAffected()) != len(jobs) {
-		return ErrConcurrentWrite
-	}
-	return nil
-}
-
-func rawArg(b []byte) *string {
-	if len(b) == 0 {
-		return nil
-	}
-	s := string(b)
-	return &s
-}
-
 // Get returns the job id of tenant, or found=false.
 func (s *Store) Get(ctx context.Context, tenant, id string) (Job, bool, error) {
-	rows, err := s.pool.Query(ctx, `SELECT `+columns+` FROM jobs WHERE tenant_id = $1 AND id = $2`, tenant, id)
+	rows, err := s.pool.Query(ctx, `SELECT `+selectColumns+` FROM jobs WHERE tenant_id = $1 AND id = $2`, tenant, id)
 	if err != nil {
 		return Job{}, false, fmt.Errorf("store: get job: %w", err)
 	}
@@ -441,14 +440,14 @@ func (s *Store) ByIdempotencyKeys(ctx context.Context, tenant string, keys []str
 	if len(keys) == 0 {
 		return out, nil
 	}
-	jobs, err := s.query(ctx, "jobs by idempotency key", `SELECT `+columns+` FROM jobs WHERE tenant_id = $1 AND idempotency_key = ANY($2)`, tenant, keys)
+	jobs, err := s.query(ctx, "jobs by idempotency key", `SELECT `+selectColumns+` FROM jobs WHERE tenant_id = $1 AND idempotency_key = ANY($2)`, tenant, keys)
 	for _, j := range jobs {
 		out[j.IdempotencyKey] = j
 	}
 	return out, err
 }
 
-// query runs a SELECT of columns and scans its rows; what names it in errors.
+// query runs a SELECT of selectColumns and scans its rows; what names it in errors.
 func (s *Store) query(ctx context.Context, what, sql string, args ...any) ([]Job, error) {
 	rows, err := s.pool.Query(ctx, sql, args...)
 	if err != nil {
@@ -469,7 +468,7 @@ func (s *Store) HoldingUnique(ctx context.Context, tenant string, keys []string,
 	if len(keys) == 0 {
 		return out, nil
 	}
-	jobs, err := s.query(ctx, "jobs by unique key", `SELECT `+columns+` FROM jobs WHERE tenant_id = $1 AND unique_key = ANY($2)
+	jobs, err := s.query(ctx, "jobs by unique key", `SELECT `+selectColumns+` FROM jobs WHERE tenant_id = $1 AND unique_key = ANY($2)
 		AND unique_until > $3 AND status NOT IN ('succeeded', 'dead', 'cancelled') ORDER BY created_at DESC, id DESC`, tenant, keys, now)
 	if err != nil {
 		return nil, err
@@ -536,7 +535,7 @@ func (s *Store) List(ctx context.Context, tenant string, f Filter) ([]Job, error
 	if f.After != nil {
 		where = append(where, "(created_at, id) < ("+arg(f.After.CreatedAt)+"::timestamptz, "+arg(f.After.ID)+"::text)")
 	}
-	q := `SELECT ` + columns + ` FROM jobs WHERE ` + strings.Join(where, " AND ") +
+	q := `SELECT ` + selectColumns + ` FROM jobs WHERE ` + strings.Join(where, " AND ") +
 		` ORDER BY created_at DESC, id DESC LIMIT ` + arg(f.Limit)
 	return s.query(ctx, "list jobs", q, args...)
 }
@@ -547,7 +546,7 @@ func (s *Store) GetMany(ctx context.Context, tenant string, ids []string) (map[s
 	if len(ids) == 0 {
 		return out, nil
 	}
-	jobs, err := s.query(ctx, "get jobs", `SELECT `+columns+` FROM jobs WHERE tenant_id = $1 AND id = ANY($2)`, tenant, ids)
+	jobs, err := s.query(ctx, "get jobs", `SELECT `+selectColumns+` FROM jobs WHERE tenant_id = $1 AND id = ANY($2)`, tenant, ids)
 	if err != nil {
 		return nil, err
 	}

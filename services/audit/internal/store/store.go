@@ -49,10 +49,41 @@ type pending struct {
 	rawData string
 }
 
-// Apply appends one row per new lifecycle event of recs, inside tx. Records
-// that do not decode are logged and skipped; events already recorded (same
+// Apply appends one row per new lifecycle event of recs, inside tx, in
+// named steps: decode the records (each once), lock the heads of the
+// chains they extend, drop events an earlier batch recorded, render each
+// event's data as Postgres will store it, chain the rows (seq, prev_hash,
+// hash) and append them with one COPY, then move the heads. Records that
+// do not decode are logged and skipped; events already recorded (same
 // ce_id) are skipped, so duplicate deliveries never make a second row.
 func (s *Store) Apply(ctx context.Context, tx pgx.Tx, recs []*kgo.Record) error {
+	rows := s.decodeRows(recs)
+	if len(rows) == 0 {
+		return nil
+	}
+	// Lock the heads of the chains this batch extends (creating new ones),
+	// in chain order so concurrent batches cannot deadlock.
+	heads, err := lockHeads(ctx, tx, rows)
+	if err != nil {
+		return err
+	}
+	// With the heads locked, drop events an earlier batch already recorded.
+	if rows, err = dropRecorded(ctx, tx, rows); err != nil || len(rows) == 0 {
+		return err
+	}
+	if err := canonicalData(ctx, tx, rows); err != nil {
+		return err
+	}
+	hashes := chainRows(rows, heads)
+	if err := copyRows(ctx, tx, rows, hashes, s.now().UTC()); err != nil {
+		return err
+	}
+	return advanceHeads(ctx, tx, heads)
+}
+
+// decodeRows turns the records the audit log keeps into rows to chain,
+// each event once even when the batch holds it twice.
+func (s *Store) decodeRows(recs []*kgo.Record) []*pending {
 	var rows []*pending
 	seen := map[string]bool{}
 	for _, r := range recs {
@@ -81,52 +112,48 @@ func (s *Store) Apply(ctx context.Context, tx pgx.Tx, recs []*kgo.Record) error 
 			rawData: string(r.Value),
 		})
 	}
-	if len(rows) == 0 {
-		return nil
-	}
+	return rows
+}
 
-	// Lock the heads of the chains this batch extends (creating new ones),
-	// in chain order so concurrent batches cannot deadlock.
-	heads, err := lockHeads(ctx, tx, rows)
-	if err != nil {
-		return err
-	}
-	// With the heads locked, drop events an earlier batch already recorded.
-	if rows, err = dropRecorded(ctx, tx, rows); err != nil || len(rows) == 0 {
-		return err
-	}
-	if err := canonicalData(ctx, tx, rows); err != nil {
-		return err
-	}
-
-	n := len(rows)
-	var (
-		ids, tenants, jobs, types, actors, traces, chains, data = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-		attempts                                                = make([]int32, n)
-		occurred                                                = make([]time.Time, n)
-		seqs                                                    = make([]int64, n)
-		prevs, hashes                                           = make([][]byte, n), make([][]byte, n)
-	)
-	recorded := s.now().UTC()
+// chainRows gives each row the next seq of its chain and the previous
+// row's hash, and returns each row's hash; heads end at each chain's last
+// row.
+func chainRows(rows []*pending, heads map[string]chain.Position) [][]byte {
+	hashes := make([][]byte, len(rows))
 	for i, p := range rows {
 		h := heads[p.ChainID]
 		p.Seq, p.PrevHash = h.Seq+1, h.Hash
-		sum := chain.Hash(p.Row)
-		heads[p.ChainID] = chain.Position{Seq: p.Seq, Hash: sum}
-		ids[i], tenants[i], jobs[i], types[i], actors[i], traces[i], chains[i], data[i] =
-			p.EventID, p.TenantID, p.JobID, p.Type, p.Actor, p.TraceID, p.ChainID, string(p.Data)
-		attempts[i], occurred[i], seqs[i], prevs[i], hashes[i] = int32(p.Attempt), p.Occurred, p.Seq, p.PrevHash, sum
+		hashes[i] = chain.Hash(p.Row)
+		heads[p.ChainID] = chain.Position{Seq: p.Seq, Hash: hashes[i]}
 	}
-	if _, err := tx.Exec(ctx, `
-		INSERT INTO audit_events (event_id, tenant_id, job_id, type, attempt, occurred_at, recorded_at,
-			actor, trace_id, data, chain_id, seq, prev_hash, hash)
-		SELECT e, t, j, ty, a, o, $14, ac, tr, d::jsonb, c, s, p, h
-		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::int[], $6::timestamptz[],
-			$7::text[], $8::text[], $9::text[], $10::text[], $11::bigint[], $12::bytea[], $13::bytea[])
-			AS x(e, t, j, ty, a, o, ac, tr, d, c, s, p, h)`,
-		ids, tenants, jobs, types, attempts, occurred, actors, traces, data, chains, seqs, prevs, hashes, recorded); err != nil {
-		return fmt.Errorf("audit: insert rows: %w", err)
+	return hashes
+}
+
+// auditColumns are the columns copyRows fills, in its order.
+var auditColumns = []string{"event_id", "tenant_id", "job_id", "type", "attempt", "occurred_at", "recorded_at",
+	"actor", "trace_id", "data", "chain_id", "seq", "prev_hash", "hash"}
+
+// copyRows appends the chained rows with COPY: rows are only ever
+// appended, and COPY inserts a batch with one statement and no per-row
+// parsing of parameters. data is the canonical text canonicalData made,
+// so Postgres stores exactly what the hash covers.
+func copyRows(ctx context.Context, tx pgx.Tx, rows []*pending, hashes [][]byte, recorded time.Time) error {
+	n, err := tx.CopyFrom(ctx, pgx.Identifier{"audit_events"}, auditColumns, pgx.CopyFromSlice(len(rows), func(i int) ([]any, error) {
+		p := rows[i]
+		return []any{p.EventID, p.TenantID, p.JobID, p.Type, int32(p.Attempt), p.Occurred, recorded,
+			p.Actor, p.TraceID, string(p.Data), p.ChainID, p.Seq, p.PrevHash, hashes[i]}, nil
+	}))
+	if err != nil {
+		return fmt.Errorf("audit: copy rows: %w", err)
 	}
+	if int(n) != len(rows) {
+		return fmt.Errorf("audit: copy rows: %d of %d copied", n, len(rows))
+	}
+	return nil
+}
+
+// advanceHeads stores each chain's new head; a head only moves forward.
+func advanceHeads(ctx context.Context, tx pgx.Tx, heads map[string]chain.Position) error {
 	hc := make([]string, 0, len(heads))
 	hs := make([]int64, 0, len(heads))
 	hh := make([][]byte, 0, len(heads))
@@ -212,12 +239,24 @@ func lockHeads(ctx context.Context, tx pgx.Tx, rows []*pending) (map[string]chai
 	return heads, nil
 }
 
+// dropRecorded drops the rows whose event is already recorded. A second
+// copy of an event (a producer's retry) carries the same ce_time, so the
+// lookup is bounded to the batch's range of occurred_at: only the
+// partitions of that range are searched, not every month retention keeps.
 func dropRecorded(ctx context.Context, tx pgx.Tx, rows []*pending) ([]*pending, error) {
 	ids := make([]string, len(rows))
+	first, last := rows[0].Occurred, rows[0].Occurred
 	for i, p := range rows {
 		ids[i] = p.EventID
+		if p.Occurred.Before(first) {
+			first = p.Occurred
+		}
+		if p.Occurred.After(last) {
+			last = p.Occurred
+		}
 	}
-	res, err := tx.Query(ctx, `SELECT event_id FROM audit_events WHERE event_id = ANY($1)`, ids)
+	res, err := tx.Query(ctx, `SELECT event_id FROM audit_events
+		WHERE event_id = ANY($1) AND occurred_at BETWEEN $2 AND $3`, ids, first, last)
 	if err != nil {
 		return nil, fmt.Errorf("audit: find recorded events: %w", err)
 	}

@@ -46,12 +46,40 @@ func (s *Store) Verify(ctx context.Context, tenant string, batch int) (Report, e
 		return rep, err
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck
-
-	type head struct {
-		id, tenant string
-		pos        chain.Position
-		cut        *chain.Position
+	heads, err := loadHeads(ctx, tx, tenant)
+	if err != nil {
+		return rep, err
 	}
+	for _, h := range heads {
+		rep.ChainsChecked++
+		if h.cut != nil {
+			rep.Cuts++
+		}
+		n, brk, err := verifyChain(ctx, tx, h, batch)
+		rep.RowsChecked += n
+		if err != nil {
+			return rep, err
+		}
+		if brk != nil {
+			brk.TenantID = h.tenant
+			rep.Broken = append(rep.Broken, *brk)
+		}
+	}
+	rep.OK = len(rep.Broken) == 0
+	return rep, nil
+}
+
+// chainHead is a chain as its head records it: where it ends and, if
+// retention cut its beginning, where the kept part starts.
+type chainHead struct {
+	id, tenant string
+	pos        chain.Position
+	cut        *chain.Position
+}
+
+// loadHeads reads the head and the latest cut of every chain of tenant
+// ("" = every tenant): one row per chain, small next to the rows.
+func loadHeads(ctx context.Context, tx pgx.Tx, tenant string) ([]chainHead, error) {
 	rows, err := tx.Query(ctx, `
 		SELECT h.chain_id, h.tenant_id, h.seq, h.hash, c.last_seq, c.last_hash
 		FROM audit_chain_heads h
@@ -60,76 +88,71 @@ func (s *Store) Verify(ctx context.Context, tenant string, batch int) (Report, e
 		WHERE $1 = '' OR h.tenant_id = $1
 		ORDER BY h.chain_id`, tenant)
 	if err != nil {
-		return rep, fmt.Errorf("audit: verify: %w", err)
+		return nil, fmt.Errorf("audit: verify: %w", err)
 	}
-	// Heads are one row per chain: small next to the rows themselves.
-	var heads []head
-	for rows.Next() {
-		var h head
+	heads, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (chainHead, error) {
+		var h chainHead
 		var cutSeq *int64
 		var cutHash []byte
-		if err := rows.Scan(&h.id, &h.tenant, &h.pos.Seq, &h.pos.Hash, &cutSeq, &cutHash); err != nil {
-			rows.Close()
-			return rep, fmt.Errorf("audit: verify: %w", err)
+		if err := r.Scan(&h.id, &h.tenant, &h.pos.Seq, &h.pos.Hash, &cutSeq, &cutHash); err != nil {
+			return h, err
 		}
 		if cutSeq != nil {
 			h.cut = &chain.Position{Seq: *cutSeq, Hash: cutHash}
 		}
-		heads = append(heads, h)
+		return h, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("audit: verify: %w", err)
 	}
-	if err := rows.Err(); err != nil {
-		return rep, fmt.Errorf("audit: verify: %w", err)
-	}
+	return heads, nil
+}
 
-	for _, h := range heads {
-		rep.ChainsChecked++
-		start := chain.Position{Seq: 0, Hash: chain.Genesis}
-		if h.cut != nil {
-			rep.Cuts++
-			start = *h.cut
-			// Rows at or before the cut that retention kept (their
-			// occurred_at put them in a newer partition) can no longer be
-			// linked; check that each still matches its own hash.
-			n, brk, err := walk(ctx, tx, h.id, 0, start.Seq, batch, func(r chain.Row, stored []byte) (string, string) {
-				if !bytes.Equal(chain.Hash(r), stored) {
-					return chain.ReasonHashMismatch, "the row's contents do not match its hash: the row was altered"
-				}
-				return "", ""
-			})
-			rep.RowsChecked += n
-			if err != nil {
-				return rep, err
-			}
-			if brk != nil {
-				brk.TenantID = h.tenant
-				rep.Broken = append(rep.Broken, *brk)
-				continue
-			}
-		}
-		pos := start
-		n, brk, err := walk(ctx, tx, h.id, start.Seq, h.pos.Seq, batch, func(r chain.Row, stored []byte) (string, string) {
-			next, reason, detail := chain.Check(pos, r, stored)
-			pos = next
-			return reason, detail
-		})
-		rep.RowsChecked += n
-		if err != nil {
-			return rep, err
-		}
-		switch {
-		case brk != nil:
-			brk.TenantID = h.tenant
-			rep.Broken = append(rep.Broken, *brk)
-		case pos.Seq != h.pos.Seq:
-			rep.Broken = append(rep.Broken, Break{ChainID: h.id, TenantID: h.tenant, Seq: pos.Seq + 1, Reason: chain.ReasonTruncated,
-				Detail: fmt.Sprintf("the chain ends at seq %d but its head is seq %d: rows were removed", pos.Seq, h.pos.Seq)})
-		case !bytes.Equal(pos.Hash, h.pos.Hash):
-			rep.Broken = append(rep.Broken, Break{ChainID: h.id, TenantID: h.tenant, Seq: pos.Seq, Reason: chain.ReasonHashMismatch,
-				Detail: "the last row's hash differs from the recorded chain head"})
+// verifyChain checks one chain: the rows retention kept from before its
+// cut, then the linked rows from the cut (or the genesis) to the head, and
+// that the chain ends at its head. It returns the rows checked and the
+// first break (TenantID left to the caller), if any.
+func verifyChain(ctx context.Context, tx pgx.Tx, h chainHead, batch int) (int64, *Break, error) {
+	start := chain.Position{Seq: 0, Hash: chain.Genesis}
+	var checked int64
+	if h.cut != nil {
+		start = *h.cut
+		n, brk, err := verifyBeforeCut(ctx, tx, h.id, start.Seq, batch)
+		checked += n
+		if err != nil || brk != nil {
+			return checked, brk, err
 		}
 	}
-	rep.OK = len(rep.Broken) == 0
-	return rep, nil
+	pos := start
+	n, brk, err := walk(ctx, tx, h.id, start.Seq, h.pos.Seq, batch, func(r chain.Row, stored []byte) (string, string) {
+		next, reason, detail := chain.Check(pos, r, stored)
+		pos = next
+		return reason, detail
+	})
+	checked += n
+	switch {
+	case err != nil || brk != nil:
+		return checked, brk, err
+	case pos.Seq != h.pos.Seq:
+		return checked, &Break{ChainID: h.id, Seq: pos.Seq + 1, Reason: chain.ReasonTruncated,
+			Detail: fmt.Sprintf("the chain ends at seq %d but its head is seq %d: rows were removed", pos.Seq, h.pos.Seq)}, nil
+	case !bytes.Equal(pos.Hash, h.pos.Hash):
+		return checked, &Break{ChainID: h.id, Seq: pos.Seq, Reason: chain.ReasonHashMismatch,
+			Detail: "the last row's hash differs from the recorded chain head"}, nil
+	}
+	return checked, nil, nil
+}
+
+// verifyBeforeCut checks the rows at or before a chain's cut that
+// retention kept (their occurred_at put them in a newer partition): they
+// can no longer be linked, so each must still match its own hash.
+func verifyBeforeCut(ctx context.Context, tx pgx.Tx, chainID string, cutSeq int64, batch int) (int64, *Break, error) {
+	return walk(ctx, tx, chainID, 0, cutSeq, batch, func(r chain.Row, stored []byte) (string, string) {
+		if !bytes.Equal(chain.Hash(r), stored) {
+			return chain.ReasonHashMismatch, "the row's contents do not match its hash: the row was altered"
+		}
+		return "", ""
+	})
 }
 
 // walk calls check for every row of chainID with from < seq <= to, in seq
