@@ -2,6 +2,7 @@ package qstore
 
 import (
 	"encoding/json"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -228,5 +229,48 @@ func TestDelayedBurstCost(t *testing.T) {
 	t.Logf("Redis commands per job to promote and dispatch %d jobs due at once: %.2f", n, per)
 	if per > 8 {
 		t.Errorf("promoting and dispatching a due job costs %.2f Redis commands, want at most 8", per)
+	}
+}
+
+// TestExpiryInStepReleasesKeyedJob: a ready job holding its key's slot
+// expires in a dispatch step; its slot goes to the next job of the key,
+// which the fast path's pending set writes must not lose: it is
+// dispatched (by the next step at the latest) exactly once, and every
+// ready set is empty afterwards.
+func TestExpiryInStepReleasesKeyedJob(t *testing.T) {
+	b := setup(t)
+	b.worker(t0, "w1", 10)
+	na := t0.Add(2 * time.Second)
+	bj := enqK("b", "x", "k", 1)
+	bj.Job.NotAfter = &na
+	b.enqueue(t0, enqK("a", "x", "k", 1), bj, enqK("c", "x", "k", 1))
+	first := b.dispatch(t0, 0).Dispatched
+	if !slices.Equal(ids(first), []string{"a"}) {
+		t.Fatalf("first step %v, want [a]", ids(first))
+	}
+	b.complete(t0.Add(time.Second), first[0]) // b takes the key's slot, ready again
+	later := t0.Add(3 * time.Second)
+	b.worker(later, "w1", 10)
+	res := b.dispatch(later, 0)
+	if !slices.Equal(ids(res.Expired), []string{"b"}) {
+		t.Fatalf("expired %v, want [b]", ids(res.Expired))
+	}
+	got := ids(res.Dispatched)
+	if len(got) == 0 {
+		got = ids(b.dispatch(later, 0).Dispatched)
+	}
+	if !slices.Equal(got, []string{"c"}) {
+		t.Fatalf("dispatched %v after b expired, want [c]", got)
+	}
+	if again := ids(b.dispatch(later, 0).Dispatched); len(again) != 0 {
+		t.Fatalf("dispatched again: %v", again)
+	}
+	for _, k := range []string{"q:default:ready", "pool:short:q:default:t:t1"} {
+		if n, _ := b.rdb.ZCard(b.ctx, b.store.Prefix()+k).Result(); n != 0 {
+			t.Errorf("%s holds %d jobs", k, n)
+		}
+	}
+	if st, _ := b.rdb.HGet(b.ctx, b.store.Prefix()+"job:c", "state").Result(); st != "inflight" {
+		t.Errorf("c is %q", st)
 	}
 }
