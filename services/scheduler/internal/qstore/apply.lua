@@ -41,20 +41,8 @@ end
 -- lease set or a running set (dispatch does), so removing later is safe.
 local ended_leases, ended_runs = {}, {}
 local function end_run(pool, t, id)
-  local l = ended_leases[pool]
-  if not l then
-    l = {}
-    ended_leases[pool] = l
-  end
-  l[#l + 1] = id
-  if t then
-    local r = ended_runs[t]
-    if not r then
-      r = {}
-      ended_runs[t] = r
-    end
-    r[#r + 1] = id
-  end
+  fair_push(ended_leases, pool, id)
+  if t then fair_push(ended_runs, t, id) end
 end
 
 local function flush_ended()
@@ -112,6 +100,13 @@ end
 -- first argument) in the order its comment gives, which is the order the
 -- op's Go struct encodes them (ops.go).
 local ops = {}
+
+-- op_job is the job an op's first argument names: its id, hash key and state.
+local function op_job(o)
+  local id = ARGV[o]
+  local jk = P .. 'job:' .. id
+  return id, jk, redis.call('HGET', jk, 'state')
+end
 
 -- E id tenant attempt queue pool prio run_at_ms not_after_ms created ready spec history redriven_from type
 --   concurrency_key concurrency_limit traceparent: an attempt is enqueued. A fresh job costs four
@@ -229,9 +224,7 @@ end
 
 -- X id tenant: cancelled.
 ops.X = function(o)
-  local id = ARGV[o]
-  local jk = P .. 'job:' .. id
-  local st = redis.call('HGET', jk, 'state')
+  local id, jk, st = op_job(o)
   if st == 'inflight' then
     -- Keep the slot until the worker reports or the lease runs out.
     redis.call('HSET', jk, 'state', 'cancelled')
@@ -288,9 +281,7 @@ end
 
 -- D id tenant: dead-lettered (rebuild only): a terminal marker.
 ops.D = function(o)
-  local id = ARGV[o]
-  local jk = P .. 'job:' .. id
-  local st = redis.call('HGET', jk, 'state')
+  local id, jk, st = op_job(o)
   if st ~= 'done' and st ~= 'cancelled' and st ~= 'dead' then
     if st then unindex(jk, id) end
     terminal(jk, 'dead', ARGV[o + 1])
@@ -301,9 +292,7 @@ end
 -- its retry decision is not in the log: mark it failed (as F would) and
 -- return its template for the decision.
 ops.B = function(o)
-  local id = ARGV[o]
-  local jk = P .. 'job:' .. id
-  local st = redis.call('HGET', jk, 'state')
+  local id, jk, st = op_job(o)
   if st and st ~= 'done' and st ~= 'cancelled' and st ~= 'dead' then
     unindex(jk, id)
     redis.call('HSET', jk, 'state', 'failed', 'did', ARGV[o + 1])

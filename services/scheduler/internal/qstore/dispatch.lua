@@ -132,12 +132,7 @@ if cap > 0 then
   local function cur_take(c, id)
     c.taken[#c.taken + 1] = id
     c.pos = c.pos + 1
-    local u = unready[c.q]
-    if not u then
-      u = {}
-      unready[c.q] = u
-    end
-    u[#u + 1] = id
+    fair_push(unready, c.q, id)
   end
   -- settle_sets writes the pending set changes; stale: the ready sets may
   -- have changed meanwhile, so every cursor reads its set again.
@@ -244,12 +239,7 @@ if cap > 0 then
         redis.call('HSET', jk, 'state', 'inflight', 'did', did, 'est', est, 'cw', best.w)
         leases[#leases + 1] = lease_until
         leases[#leases + 1] = id
-        local r = running[best.t]
-        if not r then
-          r = {}
-          running[best.t] = r
-        end
-        r[#r + 1] = id
+        fair_push(running, best.t, id)
         disp[#disp + 1] = id
         disp[#disp + 1] = did
         for m = 3, 7 do disp[#disp + 1] = f[m] or '' end

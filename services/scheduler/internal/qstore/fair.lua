@@ -32,6 +32,17 @@ local function fair_bulk(cmd, key, args)
   end
 end
 
+-- fair_push appends v to the list m[k], creating it: the per-key lists a
+-- script call writes once at its end.
+local function fair_push(m, k, v)
+  local l = m[k]
+  if not l then
+    l = {}
+    m[k] = l
+  end
+  l[#l + 1] = v
+end
+
 -- fair_tq is the ready set of tenant t in queue q of pool.
 local function fair_tq(pool, q, t) return FP .. 'pool:' .. pool .. ':q:' .. q .. ':t:' .. t end
 
