@@ -245,7 +245,7 @@ func (s *Service) decide(t qstore.Template, f schema.Failed, now time.Time) (*kg
 			JobRef:       schema.JobRef{JobID: t.JobID, TenantID: t.TenantID, Attempt: t.Attempt + 1},
 			Job:          t.Job,
 			CreatedAt:    t.CreatedAt,
-			RunAt:        now.Add(d.Delay).UTC(),
+			RunAt:        retryAt(f, now, d.Delay),
 			Reason:       schema.ReasonRetry,
 			Actor:        Source,
 			History:      hist,
@@ -257,6 +257,23 @@ func (s *Service) decide(t qstore.Template, f schema.Failed, now time.Time) (*kg
 	}
 	// worker_lost and cancelled are settled inside Redis.
 	return nil, nil
+}
+
+// retryAt is when the retry of failed attempt f is due: delay after the
+// attempt ended (its finished_at, the worker's clock), so the time the
+// failure spent on its way to the scheduler (the consumer's lag) is not
+// added to the backoff. A finished_at ahead of the scheduler's clock (or
+// unknown) counts from now; a due time already past is now.
+func retryAt(f schema.Failed, now time.Time, delay time.Duration) time.Time {
+	from := now
+	if !f.FinishedAt.IsZero() && f.FinishedAt.Before(now) {
+		from = f.FinishedAt
+	}
+	at := from.Add(delay)
+	if at.Before(now) {
+		at = now
+	}
+	return at.UTC()
 }
 
 func (s *Service) deadLetter(t qstore.Template, e schema.ErrorInfo, hist []schema.Attempt, now time.Time) (*kgo.Record, error) {

@@ -5,7 +5,7 @@
 // group ferry-scheduler, keeps the queue state in Redis and hands jobs to the
 // worker pools on ferry.jobs.dispatch.<pool> while the pool has free slots
 // (plus a small prefetch). It also decides what happens after a failed
-// attempt: a retry (a new enqueued event, attempt n+1, run_at = now +
+// attempt: a retry (a new enqueued event, attempt n+1, run_at = finished_at +
 // backoff) or the dead-letter queue (a dlq event with the job's full history).
 //
 // # Delivery

@@ -165,25 +165,45 @@ type foldedJob struct {
 var rebuildTopics = []schema.EventType{schema.EventEnqueued, schema.EventFailed, schema.EventCompleted, schema.EventDLQ, schema.EventCancelled}
 
 // foldLog reads the lifecycle topics up to their current ends and folds
-// them per job.
+// them per job: find the range to read (logRange), then read it
+// (readLog), folding each record (foldRecord).
 func (s *Service) foldLog(ctx context.Context) (map[string]*foldedJob, error) {
 	var topics []string
 	for _, et := range rebuildTopics {
 		topics = append(topics, s.deps.Topics.Lifecycle(et))
 	}
+	from, ends, err := s.logRange(ctx, topics)
+	if err != nil {
+		return nil, err
+	}
+	jobs := map[string]*foldedJob{}
+	if len(from) == 0 {
+		return jobs, nil
+	}
+	err = s.readLog(ctx, from, ends, func(r *kgo.Record) { s.foldRecord(jobs, r) })
+	if err != nil {
+		return nil, err
+	}
+	return jobs, nil
+}
+
+// logRange is what the rebuild reads of topics: each non-empty
+// partition's start offset (from) and its end as of now (ends, exclusive).
+// A topic that does not exist yet has nothing to read.
+func (s *Service) logRange(ctx context.Context, topics []string) (map[string]map[int32]kgo.Offset, map[string]map[int32]int64, error) {
 	adm := kadm.NewClient(s.deps.Kafka)
 	starts, err := adm.ListStartOffsets(ctx, topics...)
 	if err != nil {
-		return nil, fmt.Errorf("scheduler: rebuild: list start offsets: %w", err)
+		return nil, nil, fmt.Errorf("scheduler: rebuild: list start offsets: %w", err)
 	}
-	ends, err := adm.ListEndOffsets(ctx, topics...)
+	listed, err := adm.ListEndOffsets(ctx, topics...)
 	if err != nil {
-		return nil, fmt.Errorf("scheduler: rebuild: list end offsets: %w", err)
+		return nil, nil, fmt.Errorf("scheduler: rebuild: list end offsets: %w", err)
 	}
 	from := map[string]map[int32]kgo.Offset{}
-	left := map[string]map[int32]int64{} // partitions still to read → end offset
+	ends := map[string]map[int32]int64{}
 	var lerr error
-	ends.Each(func(lo kadm.ListedOffset) {
+	listed.Each(func(lo kadm.ListedOffset) {
 		if lo.Err != nil {
 			if !errors.Is(lo.Err, kerr.UnknownTopicOrPartition) {
 				lerr = errors.Join(lerr, fmt.Errorf("%s/%d: %w", lo.Topic, lo.Partition, lo.Err))
@@ -195,43 +215,47 @@ func (s *Service) foldLog(ctx context.Context) (map[string]*foldedJob, error) {
 			return
 		}
 		if from[lo.Topic] == nil {
-			from[lo.Topic], left[lo.Topic] = map[int32]kgo.Offset{}, map[int32]int64{}
+			from[lo.Topic], ends[lo.Topic] = map[int32]kgo.Offset{}, map[int32]int64{}
 		}
 		from[lo.Topic][lo.Partition] = kgo.NewOffset().At(so.Offset)
-		left[lo.Topic][lo.Partition] = lo.Offset
+		ends[lo.Topic][lo.Partition] = lo.Offset
 	})
 	if lerr != nil {
-		return nil, fmt.Errorf("scheduler: rebuild: list end offsets: %w", lerr)
+		return nil, nil, fmt.Errorf("scheduler: rebuild: list end offsets: %w", lerr)
 	}
-	endOf := map[string]map[int32]int64{}
-	for t, ps := range left {
-		endOf[t] = map[int32]int64{}
-		for p, e := range ps {
-			endOf[t][p] = e
+	return from, ends, nil
+}
+
+// readLog reads every partition of from up to its end in ends with a
+// direct consumer and calls fold for each record before the end. It
+// renews the rebuild lock meanwhile and fails once the lock is lost, so
+// two replicas never rebuild at once.
+func (s *Service) readLog(ctx context.Context, from map[string]map[int32]kgo.Offset, ends map[string]map[int32]int64, fold func(*kgo.Record)) error {
+	left := map[string]map[int32]bool{} // partitions still to read
+	for t, ps := range ends {
+		left[t] = map[int32]bool{}
+		for p := range ps {
+			left[t][p] = true
 		}
-	}
-	jobs := map[string]*foldedJob{}
-	if len(from) == 0 {
-		return jobs, nil
 	}
 	cl, err := kafkax.NewClient(s.deps.KafkaConfig("scheduler-rebuild"), kgo.ConsumePartitions(from), kgo.FetchMaxWait(100*time.Millisecond))
 	if err != nil {
-		return nil, fmt.Errorf("scheduler: rebuild: %w", err)
+		return fmt.Errorf("scheduler: rebuild: %w", err)
 	}
 	defer cl.Close()
 	lastRenew := time.Now()
 	for len(left) > 0 {
 		fs := cl.PollFetches(ctx)
 		if err := ctx.Err(); err != nil {
-			return nil, err
+			return err
 		}
 		fs.EachError(func(t string, p int32, err error) {
 			s.log.Warn("rebuild: fetch", "topic", t, "partition", p, "err", err)
 		})
 		fs.EachRecord(func(r *kgo.Record) {
-			end := endOf[r.Topic][r.Partition]
+			end := ends[r.Topic][r.Partition]
 			if r.Offset < end {
-				s.foldRecord(jobs, r)
+				fold(r)
 			}
 			if r.Offset+1 >= end {
 				delete(left[r.Topic], r.Partition)
@@ -242,12 +266,12 @@ func (s *Service) foldLog(ctx context.Context) (map[string]*foldedJob, error) {
 		})
 		if time.Since(lastRenew) > s.cfg.RebuildLockTTL/3 {
 			if ok, err := s.store.TryLock(ctx, s.owner, s.cfg.RebuildLockTTL); err != nil || !ok {
-				return nil, fmt.Errorf("scheduler: rebuild: lost the rebuild lock (%v)", err)
+				return fmt.Errorf("scheduler: rebuild: lost the rebuild lock (%v)", err)
 			}
 			lastRenew = time.Now()
 		}
 	}
-	return jobs, nil
+	return nil
 }
 
 func (s *Service) foldRecord(jobs map[string]*foldedJob, r *kgo.Record) {

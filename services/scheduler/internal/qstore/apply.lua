@@ -2,9 +2,11 @@
 -- ARGV[1] key prefix, ARGV[2] now (ms), ARGV[3] lease (ms), ARGV[4] TTL of
 -- terminal markers (s), ARGV[5] '1' to refuse to run when the epoch key is
 -- missing (Redis lost its state: the scheduler must rebuild first), then
--- operations, each an op code followed by a fixed number of arguments (see
--- qstore.go). Returns {wake, n_failed, failed templates (id + 8 fields)...,
--- superseded (4 fields each)...} where wake is 1 when something may now be
+-- operations, each an op code, its argument count (checked against ARITY,
+-- so a Go encoder and this script cannot drift apart silently) and its
+-- arguments (the op structs of ops.go encode them). Returns {wake,
+-- n_failed, failed templates (id + 8 fields)..., superseded (4 fields
+-- each)...} (decoded by reply.go) where wake is 1 when something may now be
 -- dispatchable, failed templates are the failed attempts the Go side must
 -- decide on, and superseded are jobs completed by an older dispatch while a
 -- newer one was in flight (id, tenant, attempt, current dispatch id).
@@ -15,7 +17,6 @@ local ttl = tonumber(ARGV[4])
 if ARGV[5] == '1' and redis.call('EXISTS', P .. 'epoch') == 0 then
   return redis.error_reply('NOEPOCH scheduler state lost; rebuild required')
 end
-local STEP, NORMAL = 1e14, 5e13
 local out = {0, 0}
 local sup = {}
 
@@ -35,41 +36,56 @@ local function hold_lease(jk, id, pool, until_ms)
   redis.call('HDEL', jk, 'est', 'cw')
 end
 
--- make_ready puts a job in its queue's ready set: at the back of its
--- priority (a fresh FIFO sequence), or at the front (its old sequence in
--- the front band) for a job whose run was lost.
-local function make_ready(jk, id, front)
-  local f = redis.call('HMGET', jk, 'queue', 'prio', 'seq')
-  local seq = tonumber(f[3])
-  if not front or not seq then
-    seq = redis.call('INCR', P .. 'seq')
-  end
-  local score = tonumber(f[2]) * STEP + seq
-  if not front then score = score + NORMAL end
-  redis.call('ZADD', ready_key(f[1]), score, id)
-  redis.call('HSET', jk, 'state', 'ready', 'seq', seq, 'did', '')
-  fair_ready(jk, id, score)
+-- Ended leases and slots of this call, by pool and by tenant, written once
+-- at its end (flush_ended): nothing in an apply call adds a job to a
+-- lease set or a running set (dispatch does), so removing later is safe.
+local ended_leases, ended_runs = {}, {}
+local function end_run(pool, t, id)
+  fair_push(ended_leases, pool, id)
+  if t then fair_push(ended_runs, t, id) end
 end
 
-local function unindex(jk, id)
+local function flush_ended()
+  for pool, ids in pairs(ended_leases) do
+    fair_bulk('ZREM', inflight_key(pool), ids)
+    fair_bulk('ZREM', held_key(pool), ids)
+  end
+  for t, ids in pairs(ended_runs) do fair_bulk('SREM', P .. 'tenant:' .. t .. ':running', ids) end
+  ended_leases, ended_runs = {}, {}
+end
+
+-- unindex takes a job out of every index it may be in. f holds the job's
+-- state, pool, tenant, ck, gk and probe fields (nil: read them). A job in
+-- flight without flow-control fields (the common completion) is only in
+-- its pool's lease sets and its tenant's running set.
+local function unindex(jk, id, f)
+  if f and f.state == 'inflight' and (f.ck or '') == '' and (f.gk or '') == '' and (f.probe or '') == '' and f.pool then
+    end_run(f.pool, f.tenant, id)
+    return
+  end
   fair_unindex(jk, id)
   route_unpark(jk, id)
-  local f = redis.call('HMGET', jk, 'queue', 'pool', 'ck', 'gk', 'tenant', 'probe', 'type')
-  if f[1] then
-    redis.call('ZREM', ready_key(f[1]), id)
-    redis.call('ZREM', delayed_key(f[1]), id)
+  local g = redis.call('HMGET', jk, 'queue', 'pool', 'ck', 'gk', 'tenant', 'probe', 'type')
+  if g[1] then
+    redis.call('ZREM', ready_key(g[1]), id)
+    redis.call('ZREM', delayed_key(g[1]), id)
   end
-  if f[2] then
-    redis.call('ZREM', inflight_key(f[2]), id)
-    redis.call('ZREM', held_key(f[2]), id)
+  if g[2] then
+    redis.call('ZREM', inflight_key(g[2]), id)
+    redis.call('ZREM', held_key(g[2]), id)
   end
-  gate_leave(jk, id, f[3], f[4], f[5], f[6], f[7], now)
+  gate_leave(jk, id, g[3], g[4], g[5], g[6], g[7], now)
 end
 
+-- terminal leaves only the job's terminal state (and tenant) for the
+-- terminal TTL.
 local function terminal(jk, state, tenant)
-  redis.call('HSET', jk, 'state', state, 'did', '')
-  if tenant and tenant ~= '' then redis.call('HSET', jk, 'tenant', tenant) end
-  redis.call('HDEL', jk, 'spec', 'history', 'rf')
+  if tenant and tenant ~= '' then
+    redis.call('HSET', jk, 'state', state, 'did', '', 'tenant', tenant)
+  else
+    redis.call('HSET', jk, 'state', state, 'did', '')
+  end
+  redis.call('HDEL', jk, 'spec', 'history', 'rf', 'est', 'cw', 'tp')
   redis.call('EXPIRE', jk, ttl)
 end
 
@@ -80,196 +96,249 @@ local function template(jk, id)
   out[2] = out[2] + 1
 end
 
-local i = 6
-while i <= #ARGV do
-  local op = ARGV[i]
-  if op == 'E' then
-    -- E id tenant attempt queue pool prio run_at_ms not_after_ms created ready spec history redriven_from type
-    --   concurrency_key concurrency_limit
-    local id, tenant, attempt = ARGV[i + 1], ARGV[i + 2], tonumber(ARGV[i + 3])
-    local q, pool, prio, run_at = ARGV[i + 4], ARGV[i + 5], ARGV[i + 6], tonumber(ARGV[i + 7])
-    local jk = P .. 'job:' .. id
-    local f = redis.call('HMGET', jk, 'state', 'attempt')
-    local st, known = f[1], tonumber(f[2])
-    if st ~= 'done' and st ~= 'cancelled' and st ~= 'dead' and not (known and known >= attempt) then
-      if st then unindex(jk, id) end
-      redis.call('PERSIST', jk)
-      redis.call('HSET', jk, 'tenant', tenant, 'attempt', attempt, 'queue', q, 'pool', pool, 'prio', prio,
-        'na', ARGV[i + 8], 'created', ARGV[i + 9], 'ready', ARGV[i + 10], 'spec', ARGV[i + 11],
-        'history', ARGV[i + 12], 'rf', ARGV[i + 13], 'did', '', 'type', ARGV[i + 14])
-      if ARGV[i + 15] ~= '' then redis.call('HSET', jk, 'ck', ARGV[i + 15], 'cl', ARGV[i + 16]) end
-      redis.call('SADD', P .. 'pool:' .. pool .. ':queues', q)
-      if run_at > now then
-        redis.call('ZADD', delayed_key(q), run_at, id)
-        redis.call('HSET', jk, 'state', 'delayed')
-        fair_delayed(jk, id, run_at)
-      else
-        make_ready(jk, id, false)
-      end
-      out[1] = 1
+-- Each op reads its arguments from ARGV[o], ARGV[o + 1], ... (o: the
+-- first argument) in the order its comment gives, which is the order the
+-- op's Go struct encodes them (ops.go).
+local ops = {}
+
+-- op_job is the job an op's first argument names: its id, hash key and state.
+local function op_job(o)
+  local id = ARGV[o]
+  local jk = P .. 'job:' .. id
+  return id, jk, redis.call('HGET', jk, 'state')
+end
+
+-- E id tenant attempt queue pool prio run_at_ms not_after_ms created ready spec history redriven_from type
+--   concurrency_key concurrency_limit traceparent: an attempt is enqueued. A fresh job costs four
+--   commands: its state read, one HSET of every field, and its two ready (or delayed) sets.
+ops.E = function(o)
+  local id, tenant, attempt = ARGV[o], ARGV[o + 1], tonumber(ARGV[o + 2])
+  local q, pool, prio, run_at = ARGV[o + 3], ARGV[o + 4], ARGV[o + 5], tonumber(ARGV[o + 6])
+  local jk = P .. 'job:' .. id
+  local f = redis.call('HMGET', jk, 'state', 'attempt')
+  local st, known = f[1], tonumber(f[2])
+  if st == 'done' or st == 'cancelled' or st == 'dead' or (known and known >= attempt) then return end
+  if st then
+    unindex(jk, id)
+    redis.call('PERSIST', jk)
+  end
+  local h = {'tenant', tenant, 'attempt', attempt, 'queue', q, 'pool', pool, 'prio', prio,
+    'na', ARGV[o + 7], 'created', ARGV[o + 8], 'ready', ARGV[o + 9], 'spec', ARGV[o + 10],
+    'history', ARGV[o + 11], 'rf', ARGV[o + 12], 'did', '', 'type', ARGV[o + 13], 'tp', ARGV[o + 16]}
+  if ARGV[o + 14] ~= '' then
+    h[#h + 1], h[#h + 2], h[#h + 3], h[#h + 4] = 'ck', ARGV[o + 14], 'cl', ARGV[o + 15]
+  end
+  local j = {pool = pool, queue = q, tenant = tenant}
+  if run_at > now then
+    h[#h + 1], h[#h + 2] = 'state', 'delayed'
+    redis.call('HSET', jk, unpack(h))
+    redis.call('ZADD', delayed_key(q), run_at, id)
+    fair_delayed(j, id, run_at)
+  else
+    local seq = fair_seq()
+    local score = fair_score(prio, seq, false)
+    h[#h + 1], h[#h + 2], h[#h + 3], h[#h + 4] = 'state', 'ready', 'seq', seq
+    redis.call('HSET', jk, unpack(h))
+    redis.call('ZADD', ready_key(q), score, id)
+    -- unindex took it out of its delayed set already.
+    fair_index_ready(j, id, score, false)
+  end
+  out[1] = 1
+end
+
+-- S id dispatch_id hold_ms: started/progress extend the current
+-- dispatch's lease. hold_ms > 0 says the attempt is held outside Ferry's
+-- workers (an async http job): it moves to the pool's held set, where it
+-- holds no worker slot, with a lease of hold_ms.
+ops.S = function(o)
+  local id = ARGV[o]
+  local jk = P .. 'job:' .. id
+  local f = redis.call('HMGET', jk, 'state', 'did', 'pool')
+  if f[2] == ARGV[o + 1] and (f[1] == 'inflight' or f[1] == 'cancelled') then
+    local hold = tonumber(ARGV[o + 2]) or 0
+    if hold > 0 then
+      hold_lease(jk, id, f[3], now + hold)
+    else
+      redis.call('ZADD', inflight_key(f[3]), 'XX', now + lease, id)
     end
-    i = i + 17
-  elseif op == 'S' then
-    -- S id dispatch_id hold_ms: started/progress extend the current
-    -- dispatch's lease. hold_ms > 0 says the attempt is held outside Ferry's
-    -- workers (an async http job): it moves to the pool's held set, where it
-    -- holds no worker slot, with a lease of hold_ms.
-    local id = ARGV[i + 1]
-    local jk = P .. 'job:' .. id
-    local f = redis.call('HMGET', jk, 'state', 'did', 'pool')
-    if f[2] == ARGV[i + 2] and (f[1] == 'inflight' or f[1] == 'cancelled') then
-      local hold = tonumber(ARGV[i + 3]) or 0
-      if hold > 0 then
-        hold_lease(jk, id, f[3], now + hold)
-      else
-        redis.call('ZADD', inflight_key(f[3]), 'XX', now + lease, id)
-      end
-    end
-    i = i + 4
-  elseif op == 'C' then
-    -- C id tenant dispatch_id: completed; terminal, frees the slot, never
-    -- dispatched again. A completion by another dispatch than the one in
-    -- flight (a late report after the lease expired) still wins; the copy in
-    -- flight is reported as superseded so it can be told to stop.
-    local id, did = ARGV[i + 1], ARGV[i + 3]
-    local jk = P .. 'job:' .. id
-    local f = redis.call('HMGET', jk, 'state', 'did', 'tenant', 'attempt', 'probe', 'type')
-    local st = f[1]
-    if st ~= 'done' then
-      if f[5] == '1' and f[3] then gate_succeeded(jk, f[3], f[6] or '', now) end
-      if st == 'inflight' and f[2] and f[2] ~= '' and did ~= '' and f[2] ~= did then
-        sup[#sup + 1] = id
-        sup[#sup + 1] = f[3] or ARGV[i + 2]
-        sup[#sup + 1] = f[4] or '0'
-        sup[#sup + 1] = f[2]
-      end
-      if st then unindex(jk, id) end
-      terminal(jk, 'done', ARGV[i + 2])
-      out[1] = 1
-    end
-    i = i + 4
-  elseif op == 'F' then
-    -- F id dispatch_id class
-    local id, did, class = ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
-    local jk = P .. 'job:' .. id
-    local f = redis.call('HMGET', jk, 'state', 'did', 'pool', 'tenant', 'type', 'probe', 'ck')
-    local st = f[1]
-    if st and f[2] == did and did ~= '' then
-      if st == 'inflight' or st == 'cancelled' then
-        redis.call('ZREM', inflight_key(f[3]), id)
-        redis.call('ZREM', held_key(f[3]), id)
-        fair_unrun(jk, id)
-        if class ~= 'worker_lost' then gate_run_failed(jk, id, did, class, f[4], f[5], f[6], f[7], now) end
-        out[1] = 1
-        if st == 'cancelled' or class == 'cancelled' then
-          terminal(jk, 'cancelled')
-        elseif class == 'worker_lost' then
-          make_ready(jk, id, true)
-        else
-          redis.call('HSET', jk, 'state', 'failed')
-          redis.call('EXPIRE', jk, ttl)
-          template(jk, id)
-        end
-      elseif st == 'failed' then
-        template(jk, id) -- a replay: decide again, the outcome is idempotent
-      end
-    end
-    i = i + 4
-  elseif op == 'X' then
-    -- X id tenant: cancelled.
-    local id = ARGV[i + 1]
-    local jk = P .. 'job:' .. id
-    local st = redis.call('HGET', jk, 'state')
-    if st == 'inflight' then
-      -- Keep the slot until the worker reports or the lease runs out.
-      redis.call('HSET', jk, 'state', 'cancelled')
-      redis.call('HDEL', jk, 'spec', 'history', 'rf')
-      redis.call('EXPIRE', jk, ttl)
-    elseif st ~= 'done' and st ~= 'cancelled' then
-      if st then unindex(jk, id) end
-      terminal(jk, 'cancelled', ARGV[i + 2])
-    end
-    i = i + 3
-  elseif op == 'W' then
-    -- W pool worker slots expires_ms stopping routing (JSON, '' when none)
-    local pool, w = ARGV[i + 1], ARGV[i + 2]
-    local wz, wh = P .. 'pool:' .. pool .. ':workers', P .. 'pool:' .. pool .. ':slots'
-    local exp = tonumber(ARGV[i + 4])
-    if ARGV[i + 5] == '1' then
-      redis.call('ZREM', wz, w)
-      redis.call('HDEL', wh, w)
-      route_forget(pool, w)
-    elseif exp > now then
-      redis.call('ZADD', wz, 'GT', exp, w)
-      -- ZADD GT refuses an older announcement; only then take its slots.
-      if tonumber(redis.call('ZSCORE', wz, w)) == exp then
-        redis.call('HSET', wh, w, ARGV[i + 3])
-        route_set(pool, w, ARGV[i + 6])
-      end
-      out[1] = 1
-    end
-    i = i + 7
-  elseif op == 'H' or op == 'R' then
-    -- H id attempt: handed back by a stopping worker.
-    -- R id dispatch_id: the dispatch record could not be produced.
-    local id = ARGV[i + 1]
-    local jk = P .. 'job:' .. id
-    local f = redis.call('HMGET', jk, 'state', 'attempt', 'did', 'pool')
-    local match
-    if op == 'H' then match = tonumber(f[2]) == tonumber(ARGV[i + 2]) else match = f[3] == ARGV[i + 2] end
-    if f[1] == 'inflight' and match then
-      redis.call('ZREM', inflight_key(f[4]), id)
-      fair_unrun(jk, id)
-      make_ready(jk, id, true)
-      out[1] = 1
-    end
-    i = i + 3
-  elseif op == 'D' then
-    -- D id tenant: dead-lettered (rebuild only): a terminal marker.
-    local id = ARGV[i + 1]
-    local jk = P .. 'job:' .. id
-    local st = redis.call('HGET', jk, 'state')
-    if st ~= 'done' and st ~= 'cancelled' and st ~= 'dead' then
-      if st then unindex(jk, id) end
-      terminal(jk, 'dead', ARGV[i + 2])
-    end
-    i = i + 3
-  elseif op == 'B' then
-    -- B id dispatch_id (rebuild only): the job's latest attempt failed and
-    -- its retry decision is not in the log: mark it failed (as F would) and
-    -- return its template for the decision.
-    local id = ARGV[i + 1]
-    local jk = P .. 'job:' .. id
-    local st = redis.call('HGET', jk, 'state')
-    if st and st ~= 'done' and st ~= 'cancelled' and st ~= 'dead' then
-      unindex(jk, id)
-      redis.call('HSET', jk, 'state', 'failed', 'did', ARGV[i + 2])
+  end
+end
+
+-- C id tenant dispatch_id started_ms finished_ms: completed; terminal,
+-- frees the slot, never dispatched again. A completion by another dispatch
+-- than the one in flight (a late report after the lease expired) still
+-- wins; the copy in flight is reported as superseded so it can be told to
+-- stop. started_ms and finished_ms (0 when unknown) are the measured run,
+-- which reconciles its slot-time (fair.lua) as a U op would. A job in
+-- flight without flow-control fields costs four commands: its fields read,
+-- and the terminal marker's HSET, HDEL and EXPIRE.
+ops.C = function(o)
+  local id, tenant, did = ARGV[o], ARGV[o + 1], ARGV[o + 2]
+  local jk = P .. 'job:' .. id
+  local v = redis.call('HMGET', jk, 'state', 'did', 'tenant', 'attempt', 'probe', 'type', 'pool', 'ck', 'gk', 'est', 'cw')
+  local f = {state = v[1], did = v[2], tenant = v[3], attempt = v[4], probe = v[5], type = v[6], pool = v[7],
+    ck = v[8], gk = v[9], est = v[10], cw = v[11]}
+  if f.state == 'done' then return end
+  fair_settle(jk, did, tonumber(ARGV[o + 3]) or 0, tonumber(ARGV[o + 4]) or 0, f)
+  if f.probe == '1' and f.tenant then
+    gate_succeeded(jk, f.tenant, f.type or '', now)
+    f.probe = nil -- gate_succeeded dropped the probe mark
+  end
+  if f.state == 'inflight' and f.did and f.did ~= '' and did ~= '' and f.did ~= did then
+    sup[#sup + 1] = id
+    sup[#sup + 1] = f.tenant or tenant
+    sup[#sup + 1] = f.attempt or '0'
+    sup[#sup + 1] = f.did
+  end
+  if f.state then unindex(jk, id, f) end
+  terminal(jk, 'done', tenant)
+  out[1] = 1
+end
+
+-- F id dispatch_id class: the current dispatch failed.
+ops.F = function(o)
+  local id, did, class = ARGV[o], ARGV[o + 1], ARGV[o + 2]
+  local jk = P .. 'job:' .. id
+  local f = redis.call('HMGET', jk, 'state', 'did', 'pool', 'tenant', 'type', 'probe', 'ck')
+  local st = f[1]
+  if not st or f[2] ~= did or did == '' then return end
+  if st == 'inflight' or st == 'cancelled' then
+    redis.call('ZREM', inflight_key(f[3]), id)
+    redis.call('ZREM', held_key(f[3]), id)
+    fair_unrun(jk, id, f[4])
+    if class ~= 'worker_lost' then gate_run_failed(jk, id, did, class, f[4], f[5], f[6], f[7], now) end
+    out[1] = 1
+    if st == 'cancelled' or class == 'cancelled' then
+      terminal(jk, 'cancelled')
+    elseif class == 'worker_lost' then
+      fair_make_ready(jk, id, true, nil, false)
+    else
+      redis.call('HSET', jk, 'state', 'failed')
       redis.call('EXPIRE', jk, ttl)
       template(jk, id)
     end
-    i = i + 3
-  elseif op == 'A' then
-    -- A pool id: the dlq record of an expired job was produced.
-    local id = ARGV[i + 2]
-    local jk = P .. 'job:' .. id
-    redis.call('ZREM', P .. 'pool:' .. ARGV[i + 1] .. ':outbox', id)
-    if redis.call('HGET', jk, 'state') == 'expiring' then terminal(jk, 'dead') end
-    i = i + 3
-  elseif op == 'U' then
-    -- U id dispatch_id started_ms finished_ms: the measured run of a
-    -- dispatch (before its C or F): reconcile its slot-time (fair.lua).
-    fair_settle(P .. 'job:' .. ARGV[i + 1], ARGV[i + 2], tonumber(ARGV[i + 3]) or 0, tonumber(ARGV[i + 4]) or 0)
-    i = i + 5
-  elseif op == 'T' then
-    -- T id attempt traceparent: the trace of the enqueued attempt (after its E).
-    local jk = P .. 'job:' .. ARGV[i + 1]
-    if tonumber(redis.call('HGET', jk, 'attempt')) == tonumber(ARGV[i + 2]) then
-      redis.call('HSET', jk, 'tp', ARGV[i + 3])
-    end
-    i = i + 4
-  else
-    return redis.error_reply('qstore: unknown op ' .. tostring(op))
+  elseif st == 'failed' then
+    template(jk, id) -- a replay: decide again, the outcome is idempotent
   end
 end
+
+-- X id tenant: cancelled.
+ops.X = function(o)
+  local id, jk, st = op_job(o)
+  if st == 'inflight' then
+    -- Keep the slot until the worker reports or the lease runs out.
+    redis.call('HSET', jk, 'state', 'cancelled')
+    redis.call('HDEL', jk, 'spec', 'history', 'rf')
+    redis.call('EXPIRE', jk, ttl)
+  elseif st ~= 'done' and st ~= 'cancelled' then
+    if st then unindex(jk, id) end
+    terminal(jk, 'cancelled', ARGV[o + 1])
+  end
+end
+
+-- W pool worker slots expires_ms stopping routing (JSON, '' when none)
+ops.W = function(o)
+  local pool, w = ARGV[o], ARGV[o + 1]
+  local wz, wh = P .. 'pool:' .. pool .. ':workers', P .. 'pool:' .. pool .. ':slots'
+  local exp = tonumber(ARGV[o + 3])
+  if ARGV[o + 4] == '1' then
+    redis.call('ZREM', wz, w)
+    redis.call('HDEL', wh, w)
+    route_forget(pool, w)
+  elseif exp > now then
+    redis.call('ZADD', wz, 'GT', exp, w)
+    -- ZADD GT refuses an older announcement; only then take its slots.
+    if tonumber(redis.call('ZSCORE', wz, w)) == exp then
+      redis.call('HSET', wh, w, ARGV[o + 2])
+      route_set(pool, w, ARGV[o + 5])
+    end
+    out[1] = 1
+  end
+end
+
+-- requeue_lost puts an in-flight job back at the front of its queue when
+-- match(f) holds for its state, attempt, did and pool fields.
+local function requeue_lost(id, match)
+  local jk = P .. 'job:' .. id
+  local f = redis.call('HMGET', jk, 'state', 'attempt', 'did', 'pool')
+  if f[1] == 'inflight' and match(f) then
+    redis.call('ZREM', inflight_key(f[4]), id)
+    fair_unrun(jk, id)
+    fair_make_ready(jk, id, true, nil, false)
+    out[1] = 1
+  end
+end
+
+-- H id attempt: handed back by a stopping worker.
+ops.H = function(o)
+  requeue_lost(ARGV[o], function(f) return tonumber(f[2]) == tonumber(ARGV[o + 1]) end)
+end
+
+-- R id dispatch_id: the dispatch record could not be produced.
+ops.R = function(o)
+  requeue_lost(ARGV[o], function(f) return f[3] == ARGV[o + 1] end)
+end
+
+-- D id tenant: dead-lettered (rebuild only): a terminal marker.
+ops.D = function(o)
+  local id, jk, st = op_job(o)
+  if st ~= 'done' and st ~= 'cancelled' and st ~= 'dead' then
+    if st then unindex(jk, id) end
+    terminal(jk, 'dead', ARGV[o + 1])
+  end
+end
+
+-- B id dispatch_id (rebuild only): the job's latest attempt failed and
+-- its retry decision is not in the log: mark it failed (as F would) and
+-- return its template for the decision.
+ops.B = function(o)
+  local id, jk, st = op_job(o)
+  if st and st ~= 'done' and st ~= 'cancelled' and st ~= 'dead' then
+    unindex(jk, id)
+    redis.call('HSET', jk, 'state', 'failed', 'did', ARGV[o + 1])
+    redis.call('EXPIRE', jk, ttl)
+    template(jk, id)
+  end
+end
+
+-- A pool id: the dlq record of an expired job was produced.
+ops.A = function(o)
+  local id = ARGV[o + 1]
+  local jk = P .. 'job:' .. id
+  redis.call('ZREM', P .. 'pool:' .. ARGV[o] .. ':outbox', id)
+  if redis.call('HGET', jk, 'state') == 'expiring' then terminal(jk, 'dead') end
+end
+
+-- U id dispatch_id started_ms finished_ms: the measured run of a
+-- dispatch (before its C or F): reconcile its slot-time (fair.lua).
+ops.U = function(o)
+  fair_settle(P .. 'job:' .. ARGV[o], ARGV[o + 1], tonumber(ARGV[o + 2]) or 0, tonumber(ARGV[o + 3]) or 0)
+end
+
+-- T id attempt traceparent: the trace of the enqueued attempt (after its E;
+-- an E carries it itself when both are in one batch).
+ops.T = function(o)
+  local jk = P .. 'job:' .. ARGV[o]
+  if tonumber(redis.call('HGET', jk, 'attempt')) == tonumber(ARGV[o + 1]) then
+    redis.call('HSET', jk, 'tp', ARGV[o + 2])
+  end
+end
+
+-- ARITY is each op's argument count.
+local ARITY = {E = 17, S = 3, C = 5, F = 3, X = 2, W = 6, H = 2, R = 2, D = 2, B = 2, A = 2, U = 4, T = 3}
+
+local i = 6
+while i <= #ARGV do
+  local op, n = ARGV[i], tonumber(ARGV[i + 1])
+  local fn = ops[op]
+  if not fn then return redis.error_reply('qstore: unknown op ' .. tostring(op)) end
+  if n ~= ARITY[op] or i + 1 + n > #ARGV then
+    return redis.error_reply('qstore: op ' .. op .. ' takes ' .. ARITY[op] .. ' arguments, got ' .. tostring(ARGV[i + 1]))
+  end
+  fn(i + 2)
+  i = i + 2 + n
+end
+flush_ended()
+fair_flush()
 for _, v in ipairs(sup) do out[#out + 1] = v end
 return out

@@ -17,23 +17,9 @@ local didp, retry_ms = ARGV[7], tonumber(ARGV[9])
 if ARGV[10] == '1' and redis.call('EXISTS', P .. 'epoch') == 0 then
   return redis.error_reply('NOEPOCH scheduler state lost; rebuild required')
 end
-local STEP, NORMAL = 1e14, 5e13
 local PP = P .. 'pool:' .. pool
 local inflight, wz, wh, outbox = PP .. ':inflight', PP .. ':workers', PP .. ':slots', PP .. ':outbox'
 local held = PP .. ':held'
-
-local function make_ready(jk, id, front)
-  local f = redis.call('HMGET', jk, 'queue', 'prio', 'seq')
-  local seq = tonumber(f[3])
-  if not front or not seq then
-    seq = redis.call('INCR', P .. 'seq')
-  end
-  local score = tonumber(f[2]) * STEP + seq
-  if not front then score = score + NORMAL end
-  redis.call('ZADD', P .. 'q:' .. f[1] .. ':ready', score, id)
-  redis.call('HSET', jk, 'state', 'ready', 'seq', seq, 'did', '')
-  fair_ready(jk, id, score)
-end
 
 -- 1. Workers silent past their expiry are gone.
 for _, w in ipairs(redis.call('ZRANGEBYSCORE', wz, '-inf', now)) do
@@ -51,7 +37,7 @@ for _, leases in ipairs({inflight, held}) do
     local jk = P .. 'job:' .. id
     fair_unrun(jk, id)
     if redis.call('HGET', jk, 'state') == 'inflight' then
-      make_ready(jk, id, true)
+      fair_make_ready(jk, id, true, nil, false)
       lost = lost + 1
     end
   end
@@ -63,10 +49,14 @@ end
 local queues = redis.call('SMEMBERS', PP .. ':queues')
 for _, q in ipairs(queues) do
   local dk = P .. 'q:' .. q .. ':delayed'
-  for _, id in ipairs(redis.call('ZRANGEBYSCORE', dk, '-inf', now, 'LIMIT', 0, 1000)) do
-    redis.call('ZREM', dk, id)
+  local due = redis.call('ZRANGEBYSCORE', dk, '-inf', now, 'LIMIT', 0, 1000)
+  if #due > 0 then redis.call('ZREM', dk, unpack(due)) end
+  for _, id in ipairs(due) do
     local jk = P .. 'job:' .. id
-    if redis.call('HGET', jk, 'state') == 'delayed' then make_ready(jk, id, false) end
+    local f = redis.call('HMGET', jk, 'state', 'pool', 'queue', 'tenant', 'prio', 'seq')
+    if f[1] == 'delayed' then
+      fair_make_ready(jk, id, false, {pool = f[2] or 'short', queue = f[3] or 'default', tenant = f[4] or '', prio = f[5]}, true)
+    end
   end
 end
 
@@ -99,13 +89,77 @@ end
 -- tenant's best job (priority, then FIFO, across its queues) and charges it
 -- estimate / weight. At most FAIR_SCAN tenants (by virtual time) are
 -- considered per step.
+--
+-- The fast path: each tenant queue's first jobs are read in one ZRANGE (a
+-- cursor), and the sets a step only removes from or adds to (the ready
+-- sets, the lease set, the running sets) are written once per step
+-- (settle_sets), so a plain job costs two commands here: its fields read
+-- and its state written. Parking a job (routing, gates) touches no ready
+-- set; before an expiry, whose gates may put jobs back into ready sets,
+-- the pending writes go out, and the cursors read again after it.
 local popped, parked = 0, 0
 if cap > 0 then
   local FAIR_SCAN = 512
+  local HEADS = math.min(cap, 64)
   local ak, vk = PP .. ':active', PP .. ':vt'
   local vnow = tonumber(redis.call('GET', PP .. ':vnow')) or 0
   local vnow0 = vnow
   local def_est = tonumber(ARGV[11]) or 1000
+  local cursors, unready, leases, running = {}, {}, {}, {}
+
+  -- cur_read reads the first jobs of cursor c's set.
+  local function cur_read(c)
+    local r = redis.call('ZRANGE', c.k, 0, HEADS - 1, 'WITHSCORES')
+    c.ids, c.sc, c.pos = {}, {}, 1
+    for k = 1, #r, 2 do
+      c.ids[#c.ids + 1] = r[k]
+      c.sc[#c.sc + 1] = tonumber(r[k + 1])
+    end
+    c.more = #c.ids == HEADS
+  end
+  -- cur_head is the first job of c not taken yet and its score, or nil.
+  local function cur_head(c)
+    if c.pos > #c.ids then
+      if not c.more then return nil end
+      fair_bulk('ZREM', c.k, c.taken)
+      c.taken = {}
+      cur_read(c)
+      if c.pos > #c.ids then return nil end
+    end
+    return c.ids[c.pos], c.sc[c.pos]
+  end
+  -- cur_take takes c's head out of its ready sets (written by settle_sets).
+  local function cur_take(c, id)
+    c.taken[#c.taken + 1] = id
+    c.pos = c.pos + 1
+    fair_push(unready, c.q, id)
+  end
+  -- settle_sets writes the pending set changes; stale: the ready sets may
+  -- have changed meanwhile, so every cursor reads its set again.
+  local function settle_sets(stale)
+    for _, c in ipairs(cursors) do
+      fair_bulk('ZREM', c.k, c.taken)
+      c.taken = {}
+      if stale then c.ids, c.sc, c.pos, c.more = {}, {}, 1, true end
+    end
+    for q, ids in pairs(unready) do fair_bulk('ZREM', P .. 'q:' .. q .. ':ready', ids) end
+    unready = {}
+    fair_bulk('ZADD', inflight, leases)
+    leases = {}
+    for t, ids in pairs(running) do fair_bulk('SADD', P .. 'tenant:' .. t .. ':running', ids) end
+    running = {}
+  end
+  -- best_head is tenant x's best cursor (priority, then FIFO, across its
+  -- queues) with its head, or nil when x has no ready job left.
+  local function best_head(x)
+    local bc, bid, bs
+    for _, c in ipairs(x.cursors) do
+      local id, sc = cur_head(c)
+      if id and (not bc or sc < bs or (sc == bs and id < bid)) then bc, bid, bs = c, id, sc end
+    end
+    return bc, bid, bs
+  end
+
   local ten = {}
   local act = redis.call('ZRANGE', ak, 0, FAIR_SCAN - 1, 'WITHSCORES')
   for k = 1, #act, 2 do
@@ -117,43 +171,37 @@ if cap > 0 then
     local room = cap
     if maxr > 0 then room = maxr - redis.call('SCARD', P .. 'tenant:' .. t .. ':running') end
     local pausedk = P .. 'tenant:' .. t .. ':paused'
-    local heads, any = {}, false
+    local x = {t = t, vt = tonumber(act[k + 1]), w = w, room = room, cursors = {}, dirty = false,
+      g = gate_tenant(t, c[3], c[4])}
     for _, q in ipairs(redis.call('SMEMBERS', PP .. ':tq:' .. t)) do
       if redis.call('SISMEMBER', pausedk, q) == 0 then
-        local r = redis.call('ZRANGE', fair_tq(pool, q, t), 0, 0, 'WITHSCORES')
-        if #r > 0 then
-          heads[q] = {r[1], tonumber(r[2])}
-          any = true
+        local cur = {k = fair_tq(pool, q, t), q = q, taken = {}}
+        cur_read(cur)
+        if #cur.ids > 0 then
+          x.cursors[#x.cursors + 1] = cur
+          cursors[#cursors + 1] = cur
         end
       end
     end
-    if any then
-      ten[#ten + 1] = {t = t, vt = tonumber(act[k + 1]), w = w, room = room, heads = heads, dirty = false,
-        g = gate_tenant(t, c[3], c[4])}
+    if #x.cursors > 0 then
+      ten[#ten + 1] = x
     else
       -- No ready job it may run: inactive until a job or a resume
       -- activates it again (at no less than the virtual now).
-      redis.call('ZREM', ak, t)
+      fair_deactivate(pool, t)
     end
   end
   local lease_until = now + lease
   while popped < cap and route_room(rt) do
-    local best
+    local best, bc, id, score
     for _, x in ipairs(ten) do
-      if x.room > 0 and next(x.heads) ~= nil and (not best or x.vt < best.vt or (x.vt == best.vt and x.t < best.t)) then
-        best = x
+      if x.room > 0 and (not best or x.vt < best.vt or (x.vt == best.vt and x.t < best.t)) then
+        local c, hid, hs = best_head(x)
+        if c then best, bc, id, score = x, c, hid, hs end
       end
     end
     if not best then break end
-    local bq, bh
-    for q, h in pairs(best.heads) do
-      if not bh or h[2] < bh[2] or (h[2] == bh[2] and h[1] < bh[1]) then bq, bh = q, h end
-    end
-    local id, tk = bh[1], fair_tq(pool, bq, best.t)
-    redis.call('ZREM', tk, id)
-    redis.call('ZREM', P .. 'q:' .. bq .. ':ready', id)
-    local r = redis.call('ZRANGE', tk, 0, 0, 'WITHSCORES')
-    if #r > 0 then best.heads[bq] = {r[1], tonumber(r[2])} else best.heads[bq] = nil end
+    cur_take(bc, id)
     best.dirty = true
     popped = popped + 1
     if best.vt > vnow then vnow = best.vt end
@@ -162,41 +210,52 @@ if cap > 0 then
       'ck', 'cl', 'gp', 'probe')
     if f[1] == 'ready' then
       local na = tonumber(f[2])
+      local admitted = false
       if na and na <= now then
+        -- Its gates may release other jobs into the ready sets: the
+        -- pending writes go first, and the cursors read again after.
+        settle_sets(false)
         redis.call('HSET', jk, 'state', 'expiring')
         redis.call('ZADD', outbox, now + retry_ms, id)
         expired(jk, id)
         gate_leave(jk, id, f[10], nil, best.t, f[13], f[9], now)
+        settle_sets(true)
       elseif not route_ok(rt, f[9]) then
         -- No live worker takes its type: parked, out of the way (route.lua),
         -- before any gate counts it.
-        route_park(rt, pool, jk, id, bh[2])
+        route_park(rt, pool, jk, id, score)
         popped = popped - 1
-      elseif not gate_admit(best.g, best.t, jk, id, bh[2], f[9], f[10], f[11], f[12], now) then
+      elseif not gate_admit(best.g, best.t, jk, id, score, f[9], f[10], f[11], f[12], now) then
         popped = popped - 1 -- parked in its closed gate (gates.lua); the step goes on
         parked = parked + 1
-        if parked >= GATE_CHUNK then break end
       else
-        local est = tonumber(redis.call('HGET', P .. 'est', best.t .. '|' .. (f[9] or ''))) or def_est
+        admitted = true
+      end
+      if admitted then
+        local est = fair_estimate(best.t, f[9]) or def_est
         best.vt = best.vt + est / best.w
         best.room = best.room - 1
         local did = didp .. '-' .. popped
         redis.call('HSET', jk, 'state', 'inflight', 'did', did, 'est', est, 'cw', best.w)
-        redis.call('ZADD', inflight, lease_until, id)
-        redis.call('SADD', P .. 'tenant:' .. best.t .. ':running', id)
+        leases[#leases + 1] = lease_until
+        leases[#leases + 1] = id
+        fair_push(running, best.t, id)
         disp[#disp + 1] = id
         disp[#disp + 1] = did
         for m = 3, 7 do disp[#disp + 1] = f[m] or '' end
         disp[#disp + 1] = lease_until
         tps[#tps + 1] = f[8] or ''
         parts[#parts + 1] = route_partition(rt, f[9], id)
+      elseif parked >= GATE_CHUNK then
+        break
       end
     end
   end
+  settle_sets(false)
   for _, x in ipairs(ten) do
     if x.dirty then
       redis.call('HSET', vk, x.t, x.vt)
-      if next(x.heads) ~= nil then redis.call('ZADD', ak, x.vt, x.t) else redis.call('ZREM', ak, x.t) end
+      if best_head(x) then redis.call('ZADD', ak, x.vt, x.t) else fair_deactivate(pool, x.t) end
     end
   end
   if vnow > vnow0 then redis.call('SET', PP .. ':vnow', vnow) end

@@ -62,18 +62,6 @@ end
 return 1`)
 )
 
-// Usage records the measured run of a dispatch (from its started_at to its
-// finished_at); add it before the Complete or Fail of that dispatch. It
-// reconciles the slot-time charged at dispatch and teaches the estimate of
-// the job's (tenant, type).
-func (b *Batch) Usage(jobID, dispatchID string, started, finished time.Time) {
-	var s, f int64
-	if !started.IsZero() && !finished.IsZero() {
-		s, f = started.UnixMilli(), finished.UnixMilli()
-	}
-	b.add("U", jobID, dispatchID, s, f)
-}
-
 // TenantSettings are what the fair share needs of a tenant.
 type TenantSettings struct {
 	// Weight is the tenant's share relative to others; < 1 counts as 1.

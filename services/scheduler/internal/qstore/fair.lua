@@ -5,14 +5,68 @@ local FP = ARGV[1]
 -- FAIR_ALPHA is the weight of the newest measured duration in the EWMA of
 -- a (tenant, job type)'s run time.
 local FAIR_ALPHA = 0.2
+-- FAIR_STEP and FAIR_NORMAL make a ready score: prio·FAIR_STEP + seq, plus
+-- FAIR_NORMAL unless the job goes in the front band (a lost run re-queued).
+local FAIR_STEP, FAIR_NORMAL = 1e14, 5e13
+-- FAIR_SEQ_BLOCK is how many FIFO sequence numbers a script call reserves
+-- at once (fair_seq): one INCRBY per block instead of an INCR per job.
+-- Small, because a call's unused numbers are skipped and seq must stay
+-- below FAIR_NORMAL (5e13): at 100 reserving calls a second, 240 years.
+local FAIR_SEQ_BLOCK = 64
+
+-- What this script call already did or read, so a batch of jobs of one
+-- tenant and queue pays the index, activation and estimate commands once.
+-- An entry is dropped where a script undoes what it records
+-- (fair_deactivate); settlements are written once, by fair_flush.
+local fair_indexed, fair_active_seen = {}, {}
+local fair_seq_next, fair_seq_last = 1, 0
+local fair_est, fair_est_dirty = {}, {}
+local fair_vt_delta = {}
+
+-- fair_bulk runs cmd on key with args (members, or score-member pairs)
+-- in one command per 1,000 arguments: a batch of jobs costs one command,
+-- and unpack stays far below Lua's stack limit.
+local function fair_bulk(cmd, key, args)
+  for a = 1, #args, 1000 do
+    redis.call(cmd, key, unpack(args, a, math.min(a + 999, #args)))
+  end
+end
+
+-- fair_push appends v to the list m[k], creating it: the per-key lists a
+-- script call writes once at its end.
+local function fair_push(m, k, v)
+  local l = m[k]
+  if not l then
+    l = {}
+    m[k] = l
+  end
+  l[#l + 1] = v
+end
 
 -- fair_tq is the ready set of tenant t in queue q of pool.
 local function fair_tq(pool, q, t) return FP .. 'pool:' .. pool .. ':q:' .. q .. ':t:' .. t end
+
+-- fair_seq is the next FIFO sequence number. Blocks are reserved from
+-- P seq, which only grows, and script calls run one at a time, so numbers
+-- keep the order in which jobs became ready; a block's unused numbers are
+-- skipped (only the order matters).
+local function fair_seq()
+  if fair_seq_next > fair_seq_last then
+    fair_seq_last = redis.call('INCRBY', FP .. 'seq', FAIR_SEQ_BLOCK)
+    fair_seq_next = fair_seq_last - FAIR_SEQ_BLOCK + 1
+  end
+  local s = fair_seq_next
+  fair_seq_next = s + 1
+  return s
+end
 
 -- fair_activate puts tenant t among the pool's tenants with ready work, at
 -- its virtual time, but never behind the pool's virtual now: a tenant that
 -- was idle cannot bank credit.
 local function fair_activate(pool, t)
+  local m = pool .. '\n' .. t
+  if fair_active_seen[m] then return end
+  fair_active_seen[m] = true
   local ak = FP .. 'pool:' .. pool .. ':active'
   if redis.call('ZSCORE', ak, t) then return end
   local vk = FP .. 'pool:' .. pool .. ':vt'
@@ -25,34 +79,75 @@ local function fair_activate(pool, t)
   redis.call('ZADD', ak, vt, t)
 end
 
+-- fair_deactivate takes tenant t out of the pool's active set (dispatch
+-- found no ready job it may run).
+local function fair_deactivate(pool, t)
+  redis.call('ZREM', FP .. 'pool:' .. pool .. ':active', t)
+  fair_active_seen[pool .. '\n' .. t] = nil
+end
+
 -- fair_index lists queue q among the pool's queues and tenant t's queues
 -- of the pool. Every path that makes a job ready or delayed comes through
 -- here, so prune.lua may drop a queue from both sets once it stays empty:
 -- the sets stay as small as the live queues.
 local function fair_index(pool, q, t)
+  local m = pool .. '\n' .. q .. '\n' .. t
+  if fair_indexed[m] then return end
+  fair_indexed[m] = true
   redis.call('SADD', FP .. 'pool:' .. pool .. ':queues', q)
   redis.call('SADD', FP .. 'pool:' .. pool .. ':tq:' .. t, q)
+end
+
+-- fair_job reads what indexing job jk needs of it.
+local function fair_job(jk)
+  local f = redis.call('HMGET', jk, 'pool', 'queue', 'tenant', 'prio', 'seq')
+  return {pool = f[1] or 'short', queue = f[2] or 'default', tenant = f[3] or '', prio = f[4], seq = f[5]}
+end
+
+-- fair_index_ready indexes a ready job j (fair_job's fields; already in its
+-- queue's ready set with score) in its tenant's ready set and activates the
+-- tenant; from_delayed says it may still be in the tenant's delayed set.
+local function fair_index_ready(j, id, score, from_delayed)
+  local k = fair_tq(j.pool, j.queue, j.tenant)
+  redis.call('ZADD', k, score, id)
+  if from_delayed then redis.call('ZREM', k .. ':delayed', id) end
+  fair_index(j.pool, j.queue, j.tenant)
+  fair_activate(j.pool, j.tenant)
 end
 
 -- fair_ready indexes a ready job (already in its queue's ready set with
 -- score) in its tenant's ready set and activates the tenant.
 local function fair_ready(jk, id, score)
-  local f = redis.call('HMGET', jk, 'pool', 'queue', 'tenant')
-  local pool, q, t = f[1] or 'short', f[2] or 'default', f[3] or ''
-  local k = fair_tq(pool, q, t)
-  redis.call('ZADD', k, score, id)
-  redis.call('ZREM', k .. ':delayed', id)
-  fair_index(pool, q, t)
-  fair_activate(pool, t)
+  fair_index_ready(fair_job(jk), id, score, true)
 end
 
--- fair_delayed indexes a delayed job in its tenant's delayed set (for the
--- per-tenant queue listing).
-local function fair_delayed(jk, id, due)
-  local f = redis.call('HMGET', jk, 'pool', 'queue', 'tenant')
-  local pool, q, t = f[1] or 'short', f[2] or 'default', f[3] or ''
-  redis.call('ZADD', fair_tq(pool, q, t) .. ':delayed', due, id)
-  fair_index(pool, q, t)
+-- fair_score is the ready score of a job of priority prio with FIFO
+-- sequence seq, in the front band or not.
+local function fair_score(prio, seq, front)
+  local score = tonumber(prio) * FAIR_STEP + seq
+  if not front then score = score + FAIR_NORMAL end
+  return score
+end
+
+-- fair_make_ready puts a job in its queue's ready set and its tenant's: at
+-- the back of its priority (a fresh FIFO sequence), or at the front (its
+-- old sequence in the front band) for a job whose run was lost. j holds
+-- fair_job's fields (nil: read them); from_delayed as for fair_index_ready.
+local function fair_make_ready(jk, id, front, j, from_delayed)
+  j = j or fair_job(jk)
+  local seq = tonumber(j.seq)
+  if not front or not seq then seq = fair_seq() end
+  local score = fair_score(j.prio, seq, front)
+  redis.call('ZADD', FP .. 'q:' .. j.queue .. ':ready', score, id)
+  redis.call('HSET', jk, 'state', 'ready', 'seq', seq, 'did', '')
+  fair_index_ready(j, id, score, from_delayed)
+end
+
+-- fair_delayed indexes a delayed job j (fair_job's pool, queue and tenant)
+-- in its tenant's delayed set (for the per-tenant queue listing).
+local function fair_delayed(j, id, due)
+  redis.call('ZADD', fair_tq(j.pool, j.queue, j.tenant) .. ':delayed', due, id)
+  fair_index(j.pool, j.queue, j.tenant)
 end
 
 -- fair_unindex removes a job from its tenant's sets (ready, delayed, running).
@@ -66,29 +161,63 @@ local function fair_unindex(jk, id)
   if f[3] then redis.call('SREM', FP .. 'tenant:' .. f[3] .. ':running', id) end
 end
 
--- fair_unrun: the job no longer holds a slot of its tenant.
-local function fair_unrun(jk, id)
-  local t = redis.call('HGET', jk, 'tenant')
+-- fair_unrun: the job of tenant t (nil: read it) no longer holds a slot of
+-- its tenant.
+local function fair_unrun(jk, id, t)
+  t = t or redis.call('HGET', jk, 'tenant')
   if t then redis.call('SREM', FP .. 'tenant:' .. t .. ':running', id) end
+end
+
+-- fair_estimate is the run-time estimate (ms) of tenant t's jobs of type
+-- typ, or nil when none was measured; read once per script call.
+local function fair_estimate(t, typ)
+  local field = t .. '|' .. (typ or '')
+  local e = fair_est[field]
+  if e == nil then
+    e = tonumber(redis.call('HGET', FP .. 'est', field)) or false
+    fair_est[field] = e
+  end
+  return e or nil, field
 end
 
 -- fair_settle reconciles the slot-time charged at dispatch with the run
 -- time measured by the worker: the tenant's virtual time moves by
 -- (actual - estimate) / weight, and the (tenant, type) estimate learns the
--- measured time. Only for the current dispatch, once.
-local function fair_settle(jk, did, started, finished)
-  local f = redis.call('HMGET', jk, 'did', 'est', 'cw', 'pool', 'tenant', 'type')
-  if did == '' or f[1] ~= did or not f[2] then return end
-  redis.call('HDEL', jk, 'est', 'cw')
+-- measured time. Only for the current dispatch, once: the charge (est,
+-- cw) leaves the job hash, here or, when f is given (the job's did, est,
+-- cw, pool, tenant and type fields, read by a completion that ends the
+-- job), with the rest of the hash. The moves of one script call are summed
+-- and written by fair_flush.
+local function fair_settle(jk, did, started, finished, f)
+  if not f then
+    local v = redis.call('HMGET', jk, 'did', 'est', 'cw', 'pool', 'tenant', 'type')
+    f = {did = v[1], est = v[2], cw = v[3], pool = v[4], tenant = v[5], type = v[6]}
+    if did ~= '' and f.did == did and f.est then redis.call('HDEL', jk, 'est', 'cw') end
+  end
+  if did == '' or f.did ~= did or not f.est then return end
   if started <= 0 or finished < started then return end
   local actual = math.max(finished - started, 1)
-  local est, w = tonumber(f[2]), tonumber(f[3]) or 1
-  local pool, t = f[4] or 'short', f[5] or ''
-  local vt = tonumber(redis.call('HINCRBYFLOAT', FP .. 'pool:' .. pool .. ':vt', t, string.format('%.6f', (actual - est) / w)))
-  redis.call('ZADD', FP .. 'pool:' .. pool .. ':active', 'XX', vt, t)
-  local ek, field = FP .. 'est', t .. '|' .. (f[6] or '')
-  local old = tonumber(redis.call('HGET', ek, field))
+  local est, w = tonumber(f.est), tonumber(f.cw) or 1
+  local m = (f.pool or 'short') .. '\n' .. (f.tenant or '')
+  fair_vt_delta[m] = (fair_vt_delta[m] or 0) + (actual - est) / w
+  local old, field = fair_estimate(f.tenant or '', f.type)
   local new = actual
   if old then new = old + FAIR_ALPHA * (actual - old) end
-  redis.call('HSET', ek, field, string.format('%.3f', new))
+  fair_est[field], fair_est_dirty[field] = new, true
+end
+
+-- fair_flush writes the settlements of this script call: each tenant's
+-- virtual time once, each learnt estimate once.
+local function fair_flush()
+  for m, d in pairs(fair_vt_delta) do
+    local sp = string.find(m, '\n', 1, true)
+    local pool, t = string.sub(m, 1, sp - 1), string.sub(m, sp + 1)
+    local vt = tonumber(redis.call('HINCRBYFLOAT', FP .. 'pool:' .. pool .. ':vt', t, string.format('%.6f', d)))
+    redis.call('ZADD', FP .. 'pool:' .. pool .. ':active', 'XX', vt, t)
+  end
+  fair_vt_delta = {}
+  for field in pairs(fair_est_dirty) do
+    redis.call('HSET', FP .. 'est', field, string.format('%.3f', fair_est[field]))
+  end
+  fair_est_dirty = {}
 end

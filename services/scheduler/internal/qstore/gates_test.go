@@ -271,21 +271,31 @@ func TestBreakerReset(t *testing.T) {
 	}
 }
 
-// countedDispatch runs one dispatch step through a copy of the dispatch
-// script whose redis.call counts its calls, and returns the jobs it
-// dispatched and the Redis commands it ran.
-func (b *bundle) countedDispatch(now time.Time) (int64, int64) {
+// counted runs script src (a Lua body ending in a return) with args
+// through a copy whose redis.call counts its calls, and returns its reply
+// and the Redis commands it ran.
+func (b *bundle) counted(src string, args []any) ([]any, int64) {
 	b.t.Helper()
-	src := "local __R = redis\nlocal __n = 0\n" +
+	wrapped := "local __R = redis\nlocal __n = 0\n" +
 		"local redis = setmetatable({call = function(...) __n = __n + 1 return __R.call(...) end}, {__index = __R})\n" +
-		"local function __body()\n" + prelude + dispatchSrc + "\nend\nlocal res = __body()\nreturn {res[3], __n}\n"
-	b.n++
-	v, err := redis.NewScript(src).Run(b.ctx, b.rdb, nil, b.store.opts.Prefix, schema.PoolShort, now.UnixMilli(),
-		b.store.opts.Lease.Milliseconds(), 0, 512, fmt.Sprintf("c%d", b.n), 60, 1000, "1", 1000).Int64Slice()
+		"local function __body()\n" + src + "\nend\nlocal res = __body()\nreturn {__n, res}\n"
+	v, err := redis.NewScript(wrapped).Run(b.ctx, b.rdb, nil, args...).Slice()
 	if err != nil {
 		b.t.Fatal(err)
 	}
-	return v[0], v[1]
+	res, _ := v[1].([]any)
+	return res, v[0].(int64)
+}
+
+// countedDispatch runs one dispatch step through counted and returns the
+// jobs it dispatched and the Redis commands it ran.
+func (b *bundle) countedDispatch(now time.Time) (int64, int64) {
+	b.t.Helper()
+	b.n++
+	args := b.store.dispatchArgs(DispatchParams{Pool: schema.PoolShort, Now: now, Prefetch: 0, MaxBatch: 512,
+		DispatchIDPrefix: fmt.Sprintf("c%d", b.n)})
+	res, calls := b.counted(prelude+dispatchSrc, args)
+	return res[2].(int64), calls
 }
 
 // TestGatesCost measures the Redis commands one dispatch step runs per job:

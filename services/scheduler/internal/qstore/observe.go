@@ -7,8 +7,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/ferryhq/ferry/events/schema"
 )
 
 var (
@@ -16,15 +14,6 @@ var (
 	gaugesSrc    string
 	gaugesScript = redis.NewScript(gaugesSrc)
 )
-
-// Trace records the W3C traceparent of an enqueued attempt in its job hash
-// (field tp), so its dispatch continues the job's trace. Add it after the
-// attempt's Enqueue; it does nothing when the job hash holds another attempt.
-func (b *Batch) Trace(ref schema.JobRef, traceparent string) {
-	if traceparent != "" {
-		b.add("T", ref.JobID, ref.Attempt, traceparent)
-	}
-}
 
 // QueueDepth is the state of one queue at a Gauges snapshot.
 type QueueDepth struct {
@@ -80,17 +69,4 @@ func (s *Store) Gauges(ctx context.Context, pools []string, maxInflight int) ([]
 		running = append(running, Running{Pool: str(rs[i]), Queue: str(rs[i+1]), Tenant: str(rs[i+2]), Jobs: n})
 	}
 	return depths, running, nil
-}
-
-// parseDispatchTrailer reads the observability trailer of a dispatch reply:
-// one traceparent per dispatched job, then the expired lease count.
-func parseDispatchTrailer(v []any, res *DispatchResult) {
-	if len(v) < len(res.Dispatched)+1 {
-		return
-	}
-	for k := range res.Dispatched {
-		res.Dispatched[k].TraceParent = str(v[k])
-	}
-	n, _ := v[len(res.Dispatched)].(int64)
-	res.LeaseExpiries = int(n)
 }

@@ -21,11 +21,17 @@
 //	P pool:<pool>:workers  ZSET  worker ids by liveness deadline (ms)
 //	P pool:<pool>:slots    HASH  worker id → slots
 //	P pool:<pool>:outbox   ZSET  expired (not_after) job ids whose dlq record awaits acknowledgement
-//	P seq                  STRING FIFO sequence
+//	P seq                  STRING FIFO sequence (script calls reserve blocks of it: fair.lua)
 //	P epoch                STRING written once the state is complete (at first start or after a
 //	                             rebuild); both scripts refuse to run without it (NOEPOCH), so a
 //	                             Redis that restarted empty or was flushed is noticed at once
 //	P rebuild:lock         STRING held by the one scheduler replica rebuilding the state
+//
+// The operations of an apply call and the replies of both scripts are
+// typed: ops.go (one struct and encoder per op) and reply.go (one decoder
+// per reply section). The common transitions of a job without flow-control
+// fields take a fast path in the scripts (a few commands per job: the
+// budget in docs/performance.md, counted by TestJobLifecycleCost).
 //
 // Job states: ready, delayed, inflight, failed (awaiting the retry decision;
 // replays of the failure re-read it), expiring (dlq pending), and the
@@ -36,10 +42,8 @@ package qstore
 import (
 	"context"
 	_ "embed"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -191,17 +195,6 @@ func (s *Store) Load(ctx context.Context) error {
 // Prefix is the key prefix in use.
 func (s *Store) Prefix() string { return s.opts.Prefix }
 
-// Batch collects lifecycle facts for one Apply. The zero value is empty and
-// ready to use.
-type Batch struct {
-	ops [][]any
-}
-
-// Len is the number of operations in the batch.
-func (b *Batch) Len() int { return len(b.ops) }
-
-func (b *Batch) add(args ...any) { b.ops = append(b.ops, args) }
-
 // PoolOf returns the pool a job runs in: its Pool, or short.
 func PoolOf(spec schema.JobSpec) string {
 	if spec.Pool == "" {
@@ -227,94 +220,6 @@ func msCeil(t time.Time) int64 {
 	}
 	return ms
 }
-
-// Enqueue adds an attempt. readyAt is recorded as the attempt's ready time
-// for immediate attempts (the record's time when RunAt is zero).
-func (b *Batch) Enqueue(e schema.Enqueued, recordTime time.Time) error {
-	spec, err := json.Marshal(e.Job)
-	if err != nil {
-		return fmt.Errorf("qstore: encode job spec: %w", err)
-	}
-	hist := ""
-	if len(e.History) > 0 {
-		h, err := json.Marshal(e.History)
-		if err != nil {
-			return fmt.Errorf("qstore: encode history: %w", err)
-		}
-		hist = string(h)
-	}
-	ready, runAt := e.RunAt, int64(0)
-	if ready.IsZero() {
-		ready = recordTime
-	} else {
-		runAt = msCeil(e.RunAt)
-	}
-	na := ""
-	if e.Job.NotAfter != nil {
-		na = strconv.FormatInt(e.Job.NotAfter.UnixMilli(), 10)
-	}
-	prio := min(max(e.Job.Priority, 0), 9)
-	ck, cl := concurrencyArgs(e.Job.Concurrency)
-	b.add("E", e.JobID, e.TenantID, e.Attempt, QueueOf(e.Job), PoolOf(e.Job), prio, runAt, na,
-		e.CreatedAt.UTC().Format(time.RFC3339Nano), ready.UTC().Format(time.RFC3339Nano), spec, hist, e.RedrivenFrom, e.Job.Type, ck, cl)
-	return nil
-}
-
-// Extend renews the lease of the job's current dispatch (started, progress).
-func (b *Batch) Extend(jobID, dispatchID string) { b.add("S", jobID, dispatchID, 0) }
-
-// Hold renews the lease of the job's current dispatch for lease, as held
-// outside Ferry's workers (a progress event with a lease: an async http
-// job): the job moves to its pool's held set and stops counting against
-// the pool's worker slots.
-func (b *Batch) Hold(jobID, dispatchID string, lease time.Duration) {
-	b.add("S", jobID, dispatchID, max(lease.Milliseconds(), 1))
-}
-
-// Complete marks the job done for good and frees its slot. When another
-// dispatch than dispatchID is in flight, Apply reports it in Superseded.
-func (b *Batch) Complete(jobID, tenantID, dispatchID string) { b.add("C", jobID, tenantID, dispatchID) }
-
-// Dead marks the job dead-lettered for good (used by the rebuild).
-func (b *Batch) Dead(jobID, tenantID string) { b.add("D", jobID, tenantID) }
-
-// Refail marks a job (enqueued earlier in the batch) failed by dispatchID,
-// and returns its template in ApplyResult.Failed for the retry decision;
-// the rebuild uses it for a failure whose decision is not in the log.
-func (b *Batch) Refail(jobID, dispatchID string) { b.add("B", jobID, dispatchID) }
-
-// Fail records a failed run of the current dispatch and frees its slot.
-// worker_lost re-queues the same attempt at the front and cancelled marks
-// the job cancelled, inside Redis; any other class leaves the job "failed"
-// and Apply returns its template for the retry decision.
-func (b *Batch) Fail(jobID, dispatchID string, class schema.ErrorClass) {
-	b.add("F", jobID, dispatchID, string(class))
-}
-
-// Cancel removes the job from its queues and marks it cancelled; a job in
-// flight keeps its slot until its worker reports or the lease expires.
-func (b *Batch) Cancel(jobID, tenantID string) { b.add("X", jobID, tenantID) }
-
-// Worker records a worker's announcement at now. A worker is live until
-// WorkerTTL after its announcement; Stopping removes it. Its routing (the
-// types it handles, the partitions it owns) decides what it is sent
-// (route.go).
-func (b *Batch) Worker(ws schema.WorkerStatus, expires time.Time) {
-	stopping := "0"
-	if ws.Stopping {
-		stopping = "1"
-	}
-	b.add("W", ws.Pool, ws.WorkerID, ws.Slots, expires.UnixMilli(), stopping, routingArg(ws.Routing))
-}
-
-// HandBack re-queues, at the front, an attempt a stopping worker gave back.
-func (b *Batch) HandBack(jobID string, attempt int) { b.add("H", jobID, attempt) }
-
-// Release re-queues, at the front, a dispatch whose record was not produced.
-func (b *Batch) Release(jobID, dispatchID string) { b.add("R", jobID, dispatchID) }
-
-// AckExpired records that the dlq record of an expired job was produced.
-func (b *Batch) AckExpired(pool, jobID string) { b.add("A", pool, jobID) }
 
 // Template is what the scheduler knows of one attempt.
 type Template struct {
@@ -365,76 +270,57 @@ func (s *Store) apply(ctx context.Context, now time.Time, b *Batch, check bool) 
 	if b.Len() == 0 {
 		return res, nil
 	}
-	head := []any{s.opts.Prefix, now.UnixMilli(), s.opts.Lease.Milliseconds(), int64(s.opts.TerminalTTL.Seconds()), flag(check)}
-	var chunks [][]any
-	for start := 0; start < len(b.ops); start += s.opts.MaxOpsPerCall {
-		args := append([]any(nil), head...)
-		for _, op := range b.ops[start:min(start+s.opts.MaxOpsPerCall, len(b.ops))] {
-			args = append(args, op...)
-		}
-		chunks = append(chunks, args)
-	}
-	var replies [][]any
-	if len(chunks) == 1 {
-		v, err := applyScript.Run(ctx, s.rdb, nil, chunks[0]...).Slice()
-		if err != nil {
-			return res, wrapErr("apply", err)
-		}
-		replies = [][]any{v}
-	} else {
-		// Make sure the script is cached, then pipeline EVALSHA calls.
-		if err := applyScript.Load(ctx, s.rdb).Err(); err != nil {
-			return res, fmt.Errorf("qstore: load apply: %w", err)
-		}
-		cmds, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for _, c := range chunks {
-				applyScript.EvalSha(ctx, p, nil, c...)
-			}
-			return nil
-		})
-		if err != nil {
-			return res, wrapErr("apply", err)
-		}
-		for _, c := range cmds {
-			v, err := c.(*redis.Cmd).Slice()
-			if err != nil {
-				return res, wrapErr("apply", err)
-			}
-			replies = append(replies, v)
-		}
+	chunks := b.chunks(s.applyHead(now, check), s.opts.MaxOpsPerCall)
+	replies, err := s.runApply(ctx, chunks)
+	if err != nil {
+		return res, err
 	}
 	for _, v := range replies {
-		if len(v) < 2 {
-			continue
-		}
-		if n, _ := v[0].(int64); n == 1 {
-			res.Wake = true
-		}
-		nf, _ := v[1].(int64)
-		i := 2
-		for range nf {
-			if i+9 > len(v) {
-				return res, errors.New("qstore: apply: malformed reply")
-			}
-			// id did attempt tenant created ready spec history rf
-			t, err := parseTemplate(str(v[i]), str(v[i+1]), str(v[i+2]), str(v[i+3]), str(v[i+4]), str(v[i+5]), str(v[i+6]), str(v[i+7]))
-			if err != nil {
-				return res, err
-			}
-			t.RedrivenFrom = str(v[i+8])
-			res.Failed = append(res.Failed, t)
-			i += 9
-		}
-		for ; i+4 <= len(v); i += 4 {
-			// id tenant attempt did
-			t, err := parseTemplate(str(v[i]), str(v[i+3]), str(v[i+2]), str(v[i+1]), "", "", "", "")
-			if err != nil {
-				return res, err
-			}
-			res.Superseded = append(res.Superseded, t)
+		if err := decodeApplyReply(v, &res); err != nil {
+			return res, err
 		}
 	}
 	return res, nil
+}
+
+// applyHead are the arguments every apply call starts with: prefix now_ms
+// lease_ms terminal_ttl_s check_epoch.
+func (s *Store) applyHead(now time.Time, check bool) []any {
+	return []any{s.opts.Prefix, now.UnixMilli(), s.opts.Lease.Milliseconds(), int64(s.opts.TerminalTTL.Seconds()), flag(check)}
+}
+
+// runApply runs one apply call per chunk: a single call directly, more
+// pipelined as EVALSHA calls in one round trip.
+func (s *Store) runApply(ctx context.Context, chunks [][]any) ([][]any, error) {
+	if len(chunks) == 1 {
+		v, err := applyScript.Run(ctx, s.rdb, nil, chunks[0]...).Slice()
+		if err != nil {
+			return nil, wrapErr("apply", err)
+		}
+		return [][]any{v}, nil
+	}
+	// Make sure the script is cached, then pipeline EVALSHA calls.
+	if err := applyScript.Load(ctx, s.rdb).Err(); err != nil {
+		return nil, fmt.Errorf("qstore: load apply: %w", err)
+	}
+	cmds, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, c := range chunks {
+			applyScript.EvalSha(ctx, p, nil, c...)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, wrapErr("apply", err)
+	}
+	replies := make([][]any, 0, len(cmds))
+	for _, c := range cmds {
+		v, err := c.(*redis.Cmd).Slice()
+		if err != nil {
+			return nil, wrapErr("apply", err)
+		}
+		replies = append(replies, v)
+	}
+	return replies, nil
 }
 
 // DispatchParams say how much one dispatch step may hand out.
@@ -471,57 +357,24 @@ type DispatchResult struct {
 
 // Dispatch runs one scheduling step of a pool in one round trip.
 func (s *Store) Dispatch(ctx context.Context, p DispatchParams) (DispatchResult, error) {
-	var res DispatchResult
-	v, err := dispatchScript.Run(ctx, s.rdb, nil, s.opts.Prefix, p.Pool, p.Now.UnixMilli(), s.opts.Lease.Milliseconds(),
-		p.Prefetch, p.MaxBatch, p.DispatchIDPrefix, int64(s.opts.TerminalTTL.Seconds()), s.opts.OutboxRetry.Milliseconds(), flag(true),
-		s.opts.DefaultEstimate.Milliseconds()).Slice()
+	v, err := dispatchScript.Run(ctx, s.rdb, nil, s.dispatchArgs(p)...).Slice()
 	if err != nil {
-		return res, wrapErr("dispatch "+p.Pool, err)
+		return DispatchResult{}, wrapErr("dispatch "+p.Pool, err)
 	}
-	if len(v) < 5 {
-		return res, fmt.Errorf("qstore: dispatch %s: short reply", p.Pool)
+	res, err := decodeDispatchReply(v)
+	if err != nil {
+		return res, fmt.Errorf("qstore: dispatch %s: %w", p.Pool, err)
 	}
-	if ms, _ := v[0].(int64); ms >= 0 {
-		res.NextDue = time.UnixMilli(ms)
-	}
-	if ms, _ := v[1].(int64); ms >= 0 {
-		res.NextLease = time.UnixMilli(ms)
-	}
-	nd, _ := v[2].(int64)
-	ne, _ := v[3].(int64)
-	more, _ := v[4].(int64)
-	res.More = more == 1
-	i := 5
-	for range nd {
-		if i+8 > len(v) {
-			return res, fmt.Errorf("qstore: dispatch %s: malformed reply", p.Pool)
-		}
-		// id did attempt tenant created ready spec lease_until
-		t, err := parseTemplate(str(v[i]), str(v[i+1]), str(v[i+2]), str(v[i+3]), str(v[i+4]), str(v[i+5]), str(v[i+6]), "")
-		if err != nil {
-			return res, err
-		}
-		lu, _ := v[i+7].(int64)
-		t.LeaseUntil = time.UnixMilli(lu)
-		res.Dispatched = append(res.Dispatched, t)
-		i += 8
-	}
-	for range ne {
-		if i+8 > len(v) {
-			return res, fmt.Errorf("qstore: dispatch %s: malformed reply", p.Pool)
-		}
-		// id attempt tenant created ready spec history rf
-		t, err := parseTemplate(str(v[i]), "", str(v[i+1]), str(v[i+2]), str(v[i+3]), str(v[i+4]), str(v[i+5]), str(v[i+6]))
-		if err != nil {
-			return res, err
-		}
-		t.RedrivenFrom = str(v[i+7])
-		res.Expired = append(res.Expired, t)
-		i += 8
-	}
-	parseDispatchTrailer(v[i:], &res)
-	parseRoutes(v[min(i+len(res.Dispatched)+1, len(v)):], &res)
 	return res, nil
+}
+
+// dispatchArgs encodes a dispatch step as dispatch.lua reads its ARGV:
+// prefix pool now_ms lease_ms prefetch max_batch dispatch_id_prefix ttl_s
+// outbox_retry_ms check_epoch default_estimate_ms.
+func (s *Store) dispatchArgs(p DispatchParams) []any {
+	return []any{s.opts.Prefix, p.Pool, p.Now.UnixMilli(), s.opts.Lease.Milliseconds(),
+		p.Prefetch, p.MaxBatch, p.DispatchIDPrefix, int64(s.opts.TerminalTTL.Seconds()), s.opts.OutboxRetry.Milliseconds(), flag(true),
+		s.opts.DefaultEstimate.Milliseconds()}
 }
 
 func flag(b bool) string {
@@ -539,26 +392,4 @@ func str(v any) string {
 		return strconv.FormatInt(x, 10)
 	}
 	return ""
-}
-
-func parseTemplate(id, did, attempt, tenant, created, ready, spec, history string) (Template, error) {
-	t := Template{JobID: id, DispatchID: did, TenantID: tenant}
-	a, err := strconv.ParseFloat(attempt, 64)
-	if err != nil || a > math.MaxInt32 {
-		return t, fmt.Errorf("qstore: job %s: bad attempt %q", id, attempt)
-	}
-	t.Attempt = int(a)
-	if spec != "" {
-		if err := json.Unmarshal([]byte(spec), &t.Job); err != nil {
-			return t, fmt.Errorf("qstore: job %s: bad spec: %w", id, err)
-		}
-	}
-	if history != "" {
-		if err := json.Unmarshal([]byte(history), &t.History); err != nil {
-			return t, fmt.Errorf("qstore: job %s: bad history: %w", id, err)
-		}
-	}
-	t.CreatedAt, _ = time.Parse(time.RFC3339Nano, created)
-	t.ReadyAt, _ = time.Parse(time.RFC3339Nano, ready)
-	return t, nil
 }

@@ -67,19 +67,6 @@ func routingArg(r *schema.WorkerRouting) string {
 	return string(b)
 }
 
-// parseRoutes reads the partitions of the dispatched jobs, the last section
-// of a dispatch reply (after the observability trailer).
-func parseRoutes(v []any, res *DispatchResult) {
-	for k := range res.Dispatched {
-		res.Dispatched[k].Partition = -1
-		if k < len(v) {
-			if p, ok := v[k].(int64); ok {
-				res.Dispatched[k].Partition = int32(p)
-			}
-		}
-	}
-}
-
 // Unroutable counts the parked jobs of each pool: jobs whose type no live
 // worker of their pool handles.
 func (s *Store) Unroutable(ctx context.Context, pools []string) (map[string]int64, error) {
