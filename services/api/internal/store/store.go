@@ -43,6 +43,13 @@ var scheduleMigrations embed.FS
 // Migrations, whose table they alter.
 var ScheduleMigrations = pgstore.Register("api-schedule", scheduleMigrations, "migrations_schedule")
 
+//go:embed migrations_concurrency/*.sql
+var concurrencyMigrations embed.FS
+
+// ConcurrencyMigrations add the jobs' concurrency key columns; registered
+// after Migrations, whose table they alter.
+var ConcurrencyMigrations = pgstore.Register("api-concurrency", concurrencyMigrations, "migrations_concurrency")
+
 // Migrate creates or upgrades the jobs table and tenant_throughput.
 func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
 	if err := Migrations.Apply(ctx, pool); err != nil {
@@ -52,6 +59,9 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
 		return err
 	}
 	if err := ScheduleMigrations.Apply(ctx, pool); err != nil {
+		return err
+	}
+	if err := ConcurrencyMigrations.Apply(ctx, pool); err != nil {
 		return err
 	}
 	return ThroughputMigrations.Apply(ctx, pool)
@@ -80,7 +90,7 @@ const columns = `tenant_id, id, type, queue, priority, pool, status, attempt, ma
 	created_at, scheduled_for, started_at, finished_at, worker_id, progress_percent, progress_message, progress_at,
 	result, last_error_class, last_error_message, trace_id, redriven_from, idempotency_key, request_hash, schedule_id,
 	pos_attempt, pos_phase, spec_attempt, enq_attempt, delayed, run_attempt, progress_attempt, error_rank, version,
-	unique_key, unique_while, unique_until`
+	unique_key, unique_while, unique_until, concurrency_key, concurrency_limit`
 
 var numColumns = len(strings.Split(columns, ","))
 
@@ -103,7 +113,8 @@ func scanJob(row pgx.CollectableRow) (Job, error) {
 		&payload, &j.Tags, &j.CreatedAt, &j.ScheduledFor, &j.StartedAt, &j.FinishedAt, &j.WorkerID,
 		&j.ProgressPercent, &j.ProgressMessage, &j.ProgressAt, &res, &j.LastErrorClass, &j.LastErrorMessage,
 		&j.TraceID, &j.RedrivenFrom, &idem, &j.RequestHash, &j.ScheduleID, &j.Pos.Attempt, &phase, &j.SpecAttempt, &j.EnqAttempt,
-		&j.Delayed, &j.RunAttempt, &j.ProgressAttempt, &j.ErrorRank, &j.Version, &uniq, &j.UniqueWhile, &j.UniqueUntil)
+		&j.Delayed, &j.RunAttempt, &j.ProgressAttempt, &j.ErrorRank, &j.Version, &uniq, &j.UniqueWhile, &j.UniqueUntil,
+		&j.ConcurrencyKey, &j.ConcurrencyLimit)
 	if err != nil {
 		return j, err
 	}
@@ -387,7 +398,8 @@ func upsert(ctx context.Context, tx pgx.Tx, jobs []Job) error {
 			j.MaxAttempts, rawArg(j.Payload), tags, created, j.ScheduledFor, j.StartedAt, j.FinishedAt, j.WorkerID,
 			j.ProgressPercent, j.ProgressMessage, j.ProgressAt, rawArg(j.Result), j.LastErrorClass, j.LastErrorMessage,
 			j.TraceID, j.RedrivenFrom, idem, j.RequestHash, j.ScheduleID, j.Pos.Attempt, int(j.Pos.Phase), j.SpecAttempt, j.EnqAttempt,
-			j.Delayed, j.RunAttempt, j.ProgressAttempt, j.ErrorRank, j.Version+1, uniq, j.UniqueWhile, j.UniqueUntil)
+			j.Delayed, j.RunAttempt, j.ProgressAttempt, j.ErrorRank, j.Version+1, uniq, j.UniqueWhile, j.UniqueUntil,
+			j.ConcurrencyKey, j.ConcurrencyLimit)
 	}
 	sb.WriteString(` ON CONFLICT (tenant_id, id) DO UPDATE SET `)
 	for i, c := range strings.Split(columns, ",") {

@@ -47,6 +47,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ferryhq/ferry/events/schema"
+	"github.com/ferryhq/ferry/platform/jobs"
 )
 
 var (
@@ -202,21 +203,11 @@ func (b *Batch) Len() int { return len(b.ops) }
 
 func (b *Batch) add(args ...any) { b.ops = append(b.ops, args) }
 
-// PoolOf returns the pool a job runs in: its Pool, or short.
-func PoolOf(spec schema.JobSpec) string {
-	if spec.Pool == "" {
-		return schema.PoolShort
-	}
-	return spec.Pool
-}
+// PoolOf returns the pool a job runs in (jobs.PoolOf).
+func PoolOf(spec schema.JobSpec) string { return jobs.PoolOf(spec) }
 
-// QueueOf returns the queue of a job: its Queue, or "default".
-func QueueOf(spec schema.JobSpec) string {
-	if spec.Queue == "" {
-		return "default"
-	}
-	return spec.Queue
-}
+// QueueOf returns the queue of a job (jobs.QueueOf).
+func QueueOf(spec schema.JobSpec) string { return jobs.QueueOf(spec) }
 
 // msCeil is t in Unix milliseconds, rounded up so a due time is never early.
 func msCeil(t time.Time) int64 {
