@@ -9,6 +9,7 @@ import (
 
 	"github.com/ferryhq/ferry/client"
 	"github.com/ferryhq/ferry/platform/jobs"
+	"github.com/ferryhq/ferry/services/api"
 )
 
 // TestClientJobMirrorsTheResource: the Go client's Job, which keeps to the
@@ -22,6 +23,15 @@ func TestClientJobMirrorsTheResource(t *testing.T) {
 	}
 	if !slices.Contains(server, "concurrency.limit") || !slices.Contains(server, "progress.percent") {
 		t.Fatalf("nested fields not walked: %v", server)
+	}
+}
+
+// TestClientScheduleMirrorsTheResource: the same for the schedule
+// resource, which ferry schedules prints through the client.
+func TestClientScheduleMirrorsTheResource(t *testing.T) {
+	server, mirror := jsonFields(reflect.TypeFor[api.Schedule](), ""), jsonFields(reflect.TypeFor[client.Schedule](), "")
+	if !slices.Equal(server, mirror) {
+		t.Fatalf("client.Schedule fields differ from api.Schedule:\n server %v\n client %v", server, mirror)
 	}
 }
 
