@@ -1,8 +1,9 @@
 // Package jobs is the one home of Ferry's job domain, the rules every
 // service and the CLI share about a job apart from its events:
 //
-//   - the public job resource ([Job], docs/design.md §6) and how a new job's
-//     resource is built ([Submitted]);
+//   - the public job resource ([Job]) and how a new job's resource is built
+//     ([Submitted]); the api builds it from its status rows, which only it
+//     holds;
 //   - submission validation with its limits and defaults ([Validate],
 //     [Request], [Limits]);
 //   - job ids: minted ([NewID]), derived from a key ([DerivedID]) and their

@@ -7,8 +7,9 @@ import (
 	"github.com/ferryhq/ferry/events/schema"
 )
 
-// Job is the job resource of docs/design.md §6: what GET /v1/jobs/{id},
-// the job lists, submissions and re-drives answer.
+// Job is the job resource of the HTTP API (schema Job of
+// services/api/openapi.json): what GET /v1/jobs/{id}, the job lists,
+// submissions and re-drives answer.
 type Job struct {
 	ID           string          `json:"id"`
 	TenantID     string          `json:"tenant_id"`
