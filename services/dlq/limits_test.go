@@ -35,9 +35,10 @@ func TestRedriveEditedPayloadHasTheTenantsLimit(t *testing.T) {
 	payload := json.RawMessage(`{"blob":"` + strings.Repeat("x", 100) + `"}`)
 	body := `{"payload":` + string(payload) + `}`
 	r := b.do(t, b.keyA, "POST", "/v1/dlq/job_l1/redrive", body)
-	fields, _ := r.Body["error"].(map[string]any)["fields"].(map[string]any)
-	if r.Status != http.StatusRequestEntityTooLarge || r.ErrorCode() != "payload_too_large" ||
-		!strings.Contains(fields["payload"].(string), "at most 64 bytes") {
+	errBody, _ := r.Body["error"].(map[string]any)
+	fields, _ := errBody["fields"].(map[string]any)
+	msg, _ := fields["payload"].(string)
+	if r.Status != http.StatusRequestEntityTooLarge || r.ErrorCode() != "payload_too_large" || !strings.Contains(msg, "at most 64 bytes") {
 		t.Fatalf("edited payload over the tenant's limit: %d %s", r.Status, r.Raw)
 	}
 	// The answer a submission of the same payload by the tenant gets.
