@@ -245,8 +245,8 @@ func pathEscape(s string) string { return url.PathEscape(s) }
 
 var errEmptyID = errors.New("ferry client: empty id")
 
-// Raw calls a route this package has no typed method for (such as
-// /v1/schedules) and returns the answer's body: path is escaped by the
+// Raw calls a route this package has no typed method for (such as the
+// operator routes under /v1/admin) and returns the answer's body: path is escaped by the
 // caller, body (nil for none) is sent as JSON. Errors, retries of 429 and
 // 503 and of reads after network errors are those of every call; a write
 // is not resent after a network error, since it may have been applied.

@@ -31,7 +31,9 @@ func (s Status) Terminal() bool {
 	return s == StatusSucceeded || s == StatusDead || s == StatusCancelled
 }
 
-// Job is a job as the API shows it.
+// Job is a job as the API shows it. (The server's definition is in
+// platform/jobs; this package uses the standard library only, and a test
+// of the ferry command checks that both have the same fields.)
 type Job struct {
 	ID           string          `json:"id"`
 	TenantID     string          `json:"tenant_id"`
@@ -55,6 +57,14 @@ type Job struct {
 	RedrivenFrom string          `json:"redriven_from,omitempty"`
 	// Unique is the job's unique key, when it was submitted with one.
 	Unique *JobUnique `json:"unique,omitempty"`
+	// Concurrency is the job's concurrency key and limit, when it was
+	// submitted with one.
+	Concurrency *Concurrency `json:"concurrency,omitempty"`
+	// ScheduleID is the schedule whose fire created the job.
+	ScheduleID string `json:"schedule_id,omitempty"`
+	// Waiting says why a queued job does not run, when no live worker
+	// takes its type (docs/workers.md).
+	Waiting string `json:"waiting,omitempty"`
 	// Deduplicated is set on submission answers: the job is the one of an
 	// earlier request with the same Idempotency-Key and body.
 	Deduplicated bool `json:"deduplicated,omitempty"`

@@ -65,14 +65,11 @@ const (
 	ClassCancelled ErrorClass = "cancelled"
 )
 
+// ErrorClasses are the failure classes, in the order the docs list them.
+var ErrorClasses = []ErrorClass{ClassAppError, ClassRetryable, ClassPermanent, ClassTimeout, ClassWorkerLost, ClassExpired, ClassCancelled}
+
 // Valid reports whether c is a known class.
-func (c ErrorClass) Valid() bool {
-	switch c {
-	case ClassAppError, ClassRetryable, ClassPermanent, ClassTimeout, ClassWorkerLost, ClassExpired, ClassCancelled:
-		return true
-	}
-	return false
-}
+func (c ErrorClass) Valid() bool { return slices.Contains(ErrorClasses, c) }
 
 // JobRef identifies one attempt of one job; every event carries it.
 type JobRef struct {

@@ -60,6 +60,7 @@ import (
 	"github.com/ferryhq/ferry/platform/auth"
 	"github.com/ferryhq/ferry/platform/callback"
 	"github.com/ferryhq/ferry/platform/config"
+	"github.com/ferryhq/ferry/platform/jobs"
 	"github.com/ferryhq/ferry/platform/projection"
 	"github.com/ferryhq/ferry/platform/secretbox"
 	"github.com/ferryhq/ferry/platform/service"
@@ -70,7 +71,6 @@ import (
 	"github.com/ferryhq/ferry/services/api/internal/limits"
 	"github.com/ferryhq/ferry/services/api/internal/schedules"
 	"github.com/ferryhq/ferry/services/api/internal/store"
-	"github.com/ferryhq/ferry/services/api/internal/submit"
 	"github.com/ferryhq/ferry/services/api/internal/unique"
 	"github.com/ferryhq/ferry/services/api/internal/workers"
 )
@@ -229,15 +229,15 @@ func (c Config) Validate() error {
 	if c.MaxPayloadBytes < 1 {
 		errs = append(errs, errors.New("FERRY_API_MAX_PAYLOAD_BYTES must be positive"))
 	}
-	if c.MaxDelay < time.Second || c.MaxDelay > submit.MaxAhead {
-		errs = append(errs, fmt.Errorf("FERRY_API_MAX_DELAY must be between 1s and %s", submit.MaxAhead))
+	if c.MaxDelay < time.Second || c.MaxDelay > jobs.MaxAhead {
+		errs = append(errs, fmt.Errorf("FERRY_API_MAX_DELAY must be between 1s and %s", jobs.MaxAhead))
 	}
 	if c.MaxBatchBytes < int64(c.MaxPayloadBytes) {
 		errs = append(errs, errors.New("api: MaxBatchBytes must be at least MaxPayloadBytes"))
 	}
 	for typ, n := range c.MaxAttemptsByType {
-		if n < 1 || n > submit.MaxMaxAttempts {
-			errs = append(errs, fmt.Errorf("FERRY_API_MAX_ATTEMPTS_TYPES: %s=%d: must be between 1 and %d", typ, n, submit.MaxMaxAttempts))
+		if n < 1 || n > jobs.MaxMaxAttempts {
+			errs = append(errs, fmt.Errorf("FERRY_API_MAX_ATTEMPTS_TYPES: %s=%d: must be between 1 and %d", typ, n, jobs.MaxMaxAttempts))
 		}
 	}
 	if c.JobRetention < time.Hour {

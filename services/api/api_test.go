@@ -18,10 +18,10 @@ import (
 
 	"github.com/ferryhq/ferry/events/schema"
 	"github.com/ferryhq/ferry/platform/httpx"
+	"github.com/ferryhq/ferry/platform/jobs"
 	"github.com/ferryhq/ferry/platform/service"
 	"github.com/ferryhq/ferry/platform/testenv"
 	"github.com/ferryhq/ferry/services/api"
-	"github.com/ferryhq/ferry/services/api/internal/submit"
 )
 
 // adminKey is the operator key of the test services.
@@ -306,10 +306,10 @@ func TestIdempotency(t *testing.T) {
 		t.Fatalf("other tenant: %d %s", r.Status, r.Raw)
 	}
 	// In flight: a request holding the key that has not finished.
-	var req submit.Request
+	var req jobs.Request
 	_ = json.Unmarshal([]byte(body), &req)
 	ctx := context.Background()
-	if err := b.rdb.Set(ctx, "ferry:idem:acme:k-2", "p:"+submit.Hash(req), time.Minute).Err(); err != nil {
+	if err := b.rdb.Set(ctx, "ferry:idem:acme:k-2", "p:"+jobs.Hash(req), time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}
 	if r := b.do(t, b.keyA, "POST", "/v1/jobs", body, api.IdempotencyKeyHeader, "k-2"); r.Status != 409 || r.ErrorCode() != "idempotency_request_in_flight" {

@@ -18,8 +18,8 @@ import (
 	"github.com/ferryhq/ferry/events/schema"
 	"github.com/ferryhq/ferry/platform/auth"
 	"github.com/ferryhq/ferry/platform/httpx"
+	"github.com/ferryhq/ferry/platform/jobs"
 	"github.com/ferryhq/ferry/services/api/internal/store"
-	"github.com/ferryhq/ferry/services/api/internal/submit"
 )
 
 // IdempotencyKeyHeader is the request header of idempotent submissions.
@@ -43,7 +43,7 @@ var (
 
 // item is one submission of a request.
 type item struct {
-	req submit.Request
+	req jobs.Request
 	key string
 	// err is set when the item was rejected before validation (decoding).
 	err *httpx.Error
@@ -57,7 +57,7 @@ func (it item) newJobID() string {
 	if it.fire != nil {
 		return it.fire.jobID
 	}
-	return "job_" + schema.NewEventID()
+	return jobs.NewID()
 }
 
 // outcome is the answer for one item.
@@ -67,32 +67,10 @@ type outcome struct {
 	err     *httpx.Error
 }
 
-func validationError(inv *submit.Invalid) *httpx.Error {
-	if inv.TooLarge {
-		e := httpx.Errorf(http.StatusRequestEntityTooLarge, "payload_too_large", "%s", "payload "+inv.Fields["payload"])
-		e.Fields = inv.Fields
-		return e
-	}
-	e := httpx.Errorf(http.StatusUnprocessableEntity, "validation_failed", "the job has invalid fields")
-	switch inv.Code {
-	case submit.CodePayloadUnstorable:
-		e.Code, e.Message = inv.Code, "the payload holds a value Postgres cannot store (see fields); nothing was queued"
-	case submit.CodeRunAtTooFar:
-		e.Code, e.Message = inv.Code, "the job would start later than this deployment can keep it (see fields)"
-	}
-	e.Fields = inv.Fields
-	return e
-}
-
 // checkKeyHeader refuses an Idempotency-Key header that is too long or not
 // storable text (the key is stored in the status projection).
 func checkKeyHeader(key string) *httpx.Error {
-	msg := ""
-	if err := schema.CheckText(key); err != nil {
-		msg = schema.FieldMessage(err)
-	} else if len(key) > submit.MaxIdempotencyKey {
-		msg = fmt.Sprintf("must be at most %d characters", submit.MaxIdempotencyKey)
-	}
+	msg := jobs.CheckIdempotencyKey(key)
 	if msg == "" {
 		return nil
 	}
@@ -112,7 +90,7 @@ func (s *Service) handleSubmit(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteError(w, r, err)
 		return
 	}
-	var req submit.Request
+	var req jobs.Request
 	if err := httpx.DecodeJSON(w, r, int64(s.maxPayload(settings))+envelopeSlack, &req); err != nil {
 		httpx.WriteError(w, r, err)
 		return
@@ -262,39 +240,6 @@ func itemDecodeError(err error) *httpx.Error {
 	return httpx.Errorf(http.StatusBadRequest, "invalid_json", "each job must be a JSON object")
 }
 
-func dedup(j Job) Job {
-	t := true
-	j.Deduplicated = &t
-	return j
-}
-
-// resolveDuplicates answers items whose key names a finished job with that
-// job: from the projection, else from the submitted cache, else rebuilt from
-// the (identical) request.
-func (s *Service) resolveDuplicates(ctx context.Context, tenant string, per []pending, ids map[int]string, out []outcome, now time.Time) error {
-	list := make([]string, 0, len(ids))
-	for _, id := range ids {
-		list = append(list, id)
-	}
-	rows, cached, err := s.findJobs(ctx, tenant, list, now)
-	if err != nil {
-		return err
-	}
-	for i, id := range ids {
-		if row, ok := rows[id]; ok {
-			out[i] = outcome{job: dedup(jobFromRow(row.Row, now))}
-			continue
-		}
-		if j, ok := cached[id]; ok {
-			out[i] = outcome{job: dedup(j)}
-			continue
-		}
-		a := per[i].accepted
-		out[i] = outcome{job: dedup(jobFromSubmission(id, tenant, a.Spec, now, a.RunAt, ""))}
-	}
-	return nil
-}
-
 // cachedJob decodes a just-submitted job's cached resource, if it is
 // tenant's, with its status as of now.
 func cachedJob(b []byte, tenant string, now time.Time) (Job, bool) {
@@ -302,7 +247,7 @@ func cachedJob(b []byte, tenant string, now time.Time) (Job, bool) {
 	if json.Unmarshal(b, &j) != nil || j.TenantID != tenant {
 		return Job{}, false
 	}
-	return j.withStatusNow(now), true
+	return j.WithStatusNow(now), true
 }
 
 // lookup finds a job of tenant: the projection's row wins, else the
@@ -458,9 +403,9 @@ func (s *Service) handleList(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rows, next := httpx.TrimPage(rows, limit, func(j store.Job) string { return httpx.Keyset{T: j.CreatedAt, ID: j.ID}.String() })
-	jobs := make([]Job, 0, len(rows))
+	page := make([]Job, 0, len(rows))
 	for _, row := range rows {
-		jobs = append(jobs, s.withWaiting(jobFromRow(row.Row, f.Now)))
+		page = append(page, s.withWaiting(jobFromRow(row.Row, f.Now)))
 	}
-	httpx.WriteList(w, "jobs", jobs, next)
+	httpx.WriteList(w, "jobs", page, next)
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/ferryhq/ferry/platform/auth"
 	"github.com/ferryhq/ferry/platform/httpx"
+	"github.com/ferryhq/ferry/platform/jobs"
 	"github.com/ferryhq/ferry/platform/service"
 	"github.com/ferryhq/ferry/services/api/internal/limits"
 )
@@ -29,13 +30,15 @@ func (s *Service) tenantSettings(ctx context.Context) (auth.Settings, error) {
 	return t.Settings, nil
 }
 
-// maxPayload is the tenant's payload limit: its own when set, else the
-// service's.
+// maxPayload is the tenant's payload limit (jobs.PayloadLimit).
 func (s *Service) maxPayload(st auth.Settings) int {
-	if st.MaxPayloadBytes > 0 {
-		return st.MaxPayloadBytes
-	}
-	return s.cfg.MaxPayloadBytes
+	return jobs.PayloadLimit(st, s.cfg.MaxPayloadBytes)
+}
+
+// jobDefaults are the deployment's submission limits, which a tenant's
+// settings override (jobs.TenantLimits).
+func (s *Service) jobDefaults() jobs.Defaults {
+	return jobs.Defaults{MaxPayloadBytes: s.cfg.MaxPayloadBytes, MaxDelay: s.cfg.MaxDelay, MaxAttemptsByType: s.cfg.MaxAttemptsByType}
 }
 
 // maxQueued is the tenant's max_queued: its own when set, else the

@@ -2,23 +2,20 @@ package api
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"net/http"
 	"sync"
 	"time"
 
-	"github.com/google/uuid"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/ferryhq/ferry/platform/auth"
 	"github.com/ferryhq/ferry/platform/httpx"
+	"github.com/ferryhq/ferry/platform/jobs"
 	"github.com/ferryhq/ferry/services/api/internal/schedules"
-	"github.com/ferryhq/ferry/services/api/internal/submit"
 )
 
 // The firing loop of every api replica: a timer on the earliest due time
@@ -54,7 +51,7 @@ type scheduleFire struct {
 }
 
 // apply makes the job's run_at its fire time (nil: a plain submission).
-func (f *scheduleFire) apply(a submit.Accepted) submit.Accepted {
+func (f *scheduleFire) apply(a jobs.Accepted) jobs.Accepted {
 	if f != nil {
 		a.RunAt = f.at
 	}
@@ -76,22 +73,7 @@ func fireOf(id string, at time.Time, trigger bool) (*scheduleFire, string) {
 		name += ":trigger"
 	}
 	key := "ferry:schedule:" + name + "@" + at.UTC().Format(time.RFC3339Nano)
-	return &scheduleFire{jobID: fireJobID(key, at), schedule: id, at: at}, key
-}
-
-// fireJobID derives a job id from a fire's key: a UUIDv7 whose time is the
-// fire time and whose other bits hash the key, so ids keep their order and
-// a repeated fire makes the same job.
-func fireJobID(key string, at time.Time) string {
-	sum := sha256.Sum256([]byte(key))
-	var u uuid.UUID
-	var ms [8]byte
-	binary.BigEndian.PutUint64(ms[:], uint64(at.UnixMilli()))
-	copy(u[:6], ms[2:])
-	copy(u[6:], sum[:10])
-	u[6] = u[6]&0x0f | 0x70 // version 7
-	u[8] = u[8]&0x3f | 0x80 // RFC 4122 variant
-	return "job_" + u.String()
+	return &scheduleFire{jobID: jobs.DerivedID(key, at), schedule: id, at: at}, key
 }
 
 // fireLoop fires due schedules until ctx is done.
@@ -259,7 +241,7 @@ func (s *Service) submitFires(ctx context.Context, sc *schedules.Schedule, times
 	if len(times) == 0 {
 		return nil, nil
 	}
-	var req submit.Request
+	var req jobs.Request
 	if err := json.Unmarshal(sc.Template, &req); err != nil {
 		return nil, httpx.Errorf(http.StatusUnprocessableEntity, "invalid_schedule", "the schedule's job template does not decode: %v", err)
 	}

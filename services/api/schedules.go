@@ -15,8 +15,8 @@ import (
 	"github.com/ferryhq/ferry/events/schema"
 	"github.com/ferryhq/ferry/platform/auth"
 	"github.com/ferryhq/ferry/platform/httpx"
+	"github.com/ferryhq/ferry/platform/jobs"
 	"github.com/ferryhq/ferry/services/api/internal/schedules"
-	"github.com/ferryhq/ferry/services/api/internal/submit"
 )
 
 // Schedule settings that are not configurable.
@@ -210,7 +210,7 @@ var templateOnlyFields = map[string]string{
 // checkTemplate validates the job template exactly as POST /v1/jobs
 // validates a submission, with the tenant's limits, and stores it.
 func (e *scheduleEdit) checkTemplate(raw json.RawMessage, sc *schedules.Schedule) error {
-	var req submit.Request
+	var req jobs.Request
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil {
@@ -230,13 +230,13 @@ func (e *scheduleEdit) checkTemplate(raw json.RawMessage, sc *schedules.Schedule
 		ve.Fields = e.bad
 		return ve
 	}
-	lim := submit.Limits{MaxPayloadBytes: e.s.maxPayload(e.settings), MaxAttemptsByType: e.s.cfg.MaxAttemptsByType, MaxDelay: e.s.cfg.MaxDelay}
-	if _, err := submit.Validate(req, e.now, lim); err != nil {
-		var inv *submit.Invalid
+	lim := jobs.TenantLimits(e.settings, e.s.jobDefaults())
+	if _, err := jobs.Validate(req, e.now, lim); err != nil {
+		var inv *jobs.Invalid
 		if !errors.As(err, &inv) {
 			return err
 		}
-		ve := validationError(inv)
+		ve := inv.HTTPError()
 		ve.Fields = prefixFields(ve.Fields)
 		return ve
 	}

@@ -11,26 +11,38 @@ import (
 
 	"github.com/ferryhq/ferry/events/schema"
 	"github.com/ferryhq/ferry/platform/auth"
+	"github.com/ferryhq/ferry/platform/jobs"
 	"github.com/ferryhq/ferry/services/api/internal/idem"
 	"github.com/ferryhq/ferry/services/api/internal/store"
-	"github.com/ferryhq/ferry/services/api/internal/submit"
 	"github.com/ferryhq/ferry/services/api/internal/unique"
 )
 
-// pending is one item of a submission on its way to Kafka.
+// pending is what a request holds for one item on its way to Kafka.
 type pending struct {
-	accepted submit.Accepted
+	accepted jobs.Accepted
 	// claim is the Idempotency-Key this request holds until the job is
 	// produced (nil without a key, or once the key turned out to be taken).
 	claim *idem.Claim
 	// replay: answered without a new job (a known key, or a refused one).
 	replay bool
 	rec    *kgo.Record
-	// jobID is the new job's id once chosen (see submission.jobID).
+	// jobID is the new job's id once chosen (see entry.assignedID), or the
+	// earlier job a finished Idempotency-Key names.
 	jobID string
 	// uniqueHeld: this request holds the item's unique key in Redis
 	// ("p:<jobID>") until the job is produced.
 	uniqueHeld bool
+	// twinOf is the earlier item of the batch with the same unique key,
+	// whose answer this item shares (answerTwins).
+	twinOf *entry
+}
+
+// entry is one item of a request through the steps of submit: what was
+// asked, what the request holds for it, and its answer.
+type entry struct {
+	item
+	pending
+	out outcome
 }
 
 // submission is one request's items through the steps of submit.
@@ -40,33 +52,30 @@ type submission struct {
 	keyID    string
 	settings auth.Settings
 	now      time.Time
-	items    []item
-	out      []outcome
-	per      []pending
+	entries  []*entry
 	// done are keys whose job is known (the projection's, or produced now);
 	// release and abandon are claims to free (see idem.Release, idem.Abandon).
 	done             []idem.Finished
 	release, abandon []idem.Claim
-	produced         []int // item index of each record, in produce order
-	accepted         int   // records acknowledged
-	// twins maps a batch item to the earlier item with its unique key.
-	twins map[int]int
+	produced         []*entry // the entries with a record, in produce order
+	accepted         int      // records acknowledged
 	// uniqueSettle are the unique claims to settle at the end.
 	uniqueSettle []unique.Swap
 }
 
 // submit validates, deduplicates and produces items: validate → claim keys →
 // answer replays → claim unique keys → check limits → build records →
-// produce → record. It
-// returns an error only when the whole request fails: a store is
-// unreachable, or the new jobs of the request would exceed the tenant's rate
-// limit or queue limit (limits apply to a request all or nothing: no item is
-// accepted).
+// produce → record. It returns each item's outcome, in order, or an error
+// only when the whole request fails: a store is unreachable, or the new
+// jobs of the request would exceed the tenant's rate limit or queue limit
+// (limits apply to a request all or nothing: no item is accepted).
 func (s *Service) submit(ctx context.Context, settings auth.Settings, items []item) ([]outcome, error) {
 	p, _ := auth.FromContext(ctx)
-	b := &submission{s: s, tenant: p.TenantID, keyID: p.KeyID, settings: settings, items: items,
-		now: s.cfg.Now().UTC().Truncate(time.Microsecond), out: make([]outcome, len(items)),
-		per: make([]pending, len(items))}
+	b := &submission{s: s, tenant: p.TenantID, keyID: p.KeyID, settings: settings,
+		now: s.cfg.Now().UTC().Truncate(time.Microsecond), entries: make([]*entry, len(items))}
+	for i, it := range items {
+		b.entries[i] = &entry{item: it}
+	}
 	if err := b.validate(); err != nil {
 		return nil, err
 	}
@@ -82,31 +91,35 @@ func (s *Service) submit(ctx context.Context, settings auth.Settings, items []it
 	b.produce(ctx)
 	b.answerTwins()
 	b.record(ctx)
-	return b.out, nil
+	out := make([]outcome, len(b.entries))
+	for i, e := range b.entries {
+		out[i] = e.out
+	}
+	return out, nil
 }
 
 // validate checks every decoded item against the tenant's limits.
 func (b *submission) validate() error {
-	lim := submit.Limits{MaxPayloadBytes: b.s.maxPayload(b.settings), MaxAttemptsByType: b.s.cfg.MaxAttemptsByType, MaxDelay: b.s.cfg.MaxDelay}
-	for i, it := range b.items {
-		if it.err != nil {
-			b.out[i].err = it.err
+	lim := jobs.TenantLimits(b.settings, b.s.jobDefaults())
+	for _, e := range b.entries {
+		if e.item.err != nil {
+			e.out.err = e.item.err
 			continue
 		}
-		a, err := submit.Validate(it.req, b.now, lim)
+		a, err := jobs.Validate(e.req, b.now, lim)
 		if err != nil {
-			var inv *submit.Invalid
+			var inv *jobs.Invalid
 			if errors.As(err, &inv) {
-				b.out[i].err = validationError(inv)
+				e.out.err = inv.HTTPError()
 				continue
 			}
 			return err
 		}
-		if e := b.s.unknownType(a.Spec); e != nil { // workers.go
-			b.out[i].err = e
+		if he := b.s.unknownType(a.Spec); he != nil { // workers.go
+			e.out.err = he
 			continue
 		}
-		b.per[i].accepted = it.fire.apply(a)
+		e.accepted = e.fire.apply(a)
 	}
 	return nil
 }
@@ -114,47 +127,75 @@ func (b *submission) validate() error {
 // claimKeys takes the items' Idempotency-Keys: Redis first, then the
 // projection for keys Redis lacks; known keys are answered with their job.
 func (b *submission) claimKeys(ctx context.Context) error {
-	var claims []idem.Claim
-	var idx []int
-	for i, it := range b.items {
-		if it.key != "" && b.out[i].err == nil {
-			claims = append(claims, idem.Claim{Key: it.key, Hash: b.per[i].accepted.Hash, JobID: it.newJobID()})
-			idx = append(idx, i)
+	var keyed []*entry
+	for _, e := range b.entries {
+		if e.key != "" && e.out.err == nil {
+			keyed = append(keyed, e)
 		}
 	}
-	if len(claims) == 0 {
+	if len(keyed) == 0 {
 		return nil
 	}
-	res, err := b.s.idem.Claim(ctx, b.tenant, claims)
+	claims := make([]idem.Claim, len(keyed))
+	for k, e := range keyed {
+		claims[k] = idem.Claim{Key: e.key, Hash: e.accepted.Hash, JobID: e.newJobID()}
+	}
+	res, err := b.s.idem.Claim(ctx, b.tenant, claims) // one result per claim, in order
 	if err != nil {
 		b.s.log.ErrorContext(ctx, "idempotency claim failed", "tenant", b.tenant, "err", err)
 		return errUnavailable
 	}
-	dedupIDs := map[int]string{}
+	var dups []*entry
 	var fresh []string
-	for ci, r := range res {
-		i := idx[ci]
+	for k, r := range res {
+		e := keyed[k]
 		switch r.Outcome {
 		case idem.Claimed:
-			c := claims[ci]
+			c := claims[k]
 			c.JobID = r.JobID // an expired claim's job id, if any
-			b.per[i].claim, fresh = &c, append(fresh, c.Key)
+			e.claim, fresh = &c, append(fresh, c.Key)
 		case idem.InFlight:
-			b.out[i].err, b.per[i].replay = errInFlight, true
+			e.out.err, e.replay = errInFlight, true
 		case idem.Reused:
-			b.out[i].err, b.per[i].replay = errKeyReused, true
+			e.out.err, e.replay = errKeyReused, true
 		case idem.Done:
-			dedupIDs[i], b.per[i].replay = r.JobID, true
+			e.jobID, e.replay = r.JobID, true
+			dups = append(dups, e)
 		}
 	}
 	if err := b.heldByProjection(ctx, fresh); err != nil {
 		b.releaseClaims(ctx)
 		return err
 	}
-	if len(dedupIDs) > 0 {
-		if err := b.s.resolveDuplicates(ctx, b.tenant, b.per, dedupIDs, b.out, b.now); err != nil {
-			b.releaseClaims(ctx)
-			return err
+	if err := b.resolveDuplicates(ctx, dups); err != nil {
+		b.releaseClaims(ctx)
+		return err
+	}
+	return nil
+}
+
+// resolveDuplicates answers items whose key names a finished job with that
+// job: from the projection, else from the submitted cache, else rebuilt from
+// the (identical) request.
+func (b *submission) resolveDuplicates(ctx context.Context, dups []*entry) error {
+	if len(dups) == 0 {
+		return nil
+	}
+	ids := make([]string, 0, len(dups))
+	for _, e := range dups {
+		ids = append(ids, e.jobID)
+	}
+	rows, cached, err := b.s.findJobs(ctx, b.tenant, ids, b.now)
+	if err != nil {
+		return err
+	}
+	for _, e := range dups {
+		if row, ok := rows[e.jobID]; ok {
+			e.out = outcome{job: jobFromRow(row.Row, b.now).Deduplicate(true)}
+		} else if j, ok := cached[e.jobID]; ok {
+			e.out = outcome{job: j.Deduplicate(true)}
+		} else {
+			e.out = outcome{job: jobs.Submitted(e.jobID, b.tenant, e.accepted.Spec, b.now, e.accepted.RunAt).Deduplicate(true)}
 		}
 	}
 	return nil
@@ -171,8 +212,8 @@ func (b *submission) heldByProjection(ctx context.Context, keys []string) error 
 	if err != nil {
 		return err
 	}
-	for i := range b.per {
-		c := b.per[i].claim
+	for _, e := range b.entries {
+		c := e.claim
 		if c == nil {
 			continue
 		}
@@ -180,27 +221,27 @@ func (b *submission) heldByProjection(ctx context.Context, keys []string) error 
 		if !ok {
 			continue
 		}
-		b.per[i].claim, b.per[i].replay = nil, true
+		e.claim, e.replay = nil, true
 		b.done = append(b.done, idem.Finished{Key: c.Key, Hash: j.RequestHash, JobID: j.ID})
 		if j.RequestHash == c.Hash {
-			b.out[i] = outcome{job: dedup(jobFromRow(j.Row, b.now))}
+			e.out = outcome{job: jobFromRow(j.Row, b.now).Deduplicate(true)}
 		} else {
-			b.out[i].err = errKeyReused
+			e.out.err = errKeyReused
 		}
 	}
 	return nil
 }
 
-// creates reports whether item i becomes a new job.
-func (b *submission) creates(i int) bool { return b.out[i].err == nil && !b.per[i].replay }
+// creates reports whether the entry becomes a new job.
+func (e *entry) creates() bool { return e.out.err == nil && !e.replay }
 
 // checkLimits applies the tenant's limits to the jobs this request would
 // create; replays and rejected items cost nothing.
 func (b *submission) checkLimits(ctx context.Context) error {
 	var queues []string
-	for i := range b.items {
-		if b.creates(i) {
-			queues = append(queues, b.per[i].accepted.Spec.Queue)
+	for _, e := range b.entries {
+		if e.creates() {
+			queues = append(queues, e.accepted.Spec.Queue)
 		}
 	}
 	if len(queues) == 0 {
@@ -217,19 +258,18 @@ func (b *submission) buildRecords(ctx context.Context) error {
 	if sc := trace.SpanContextFromContext(ctx); sc.HasTraceID() {
 		traceID = sc.TraceID().String()
 	}
-	for i := range b.items {
-		if !b.creates(i) {
+	for _, e := range b.entries {
+		if !e.creates() {
 			continue
 		}
-		pe := &b.per[i]
 		ev := schema.Enqueued{
 			// An idempotency claim's id: a retry after a lost request reuses it.
-			JobRef:    schema.JobRef{JobID: b.jobID(i), TenantID: b.tenant, Attempt: 1},
-			Job:       pe.accepted.Spec,
-			CreatedAt: b.now, RunAt: pe.accepted.RunAt, Reason: schema.ReasonSubmitted, Actor: b.keyID,
-			Unique: pe.accepted.Unique, ScheduleID: b.items[i].fire.scheduleID(),
+			JobRef:    schema.JobRef{JobID: e.assignedID(), TenantID: b.tenant, Attempt: 1},
+			Job:       e.accepted.Spec,
+			CreatedAt: b.now, RunAt: e.accepted.RunAt, Reason: schema.ReasonSubmitted, Actor: b.keyID,
+			Unique: e.accepted.Unique, ScheduleID: e.fire.scheduleID(),
 		}
-		if c := pe.claim; c != nil {
+		if c := e.claim; c != nil {
 			ev.IdempotencyKey, ev.RequestHash = c.Key, c.Hash
 		}
 		rec, err := schema.NewRecord(b.s.deps.Topics.Lifecycle(schema.EventEnqueued), source, ev)
@@ -237,18 +277,15 @@ func (b *submission) buildRecords(ctx context.Context) error {
 			return err
 		}
 		if schema.RecordBytes(rec) > schema.MaxSubmitRecordBytes {
-			b.out[i] = outcome{err: errRecordTooLarge}
-			b.releaseOne(i)
+			e.out = outcome{err: errRecordTooLarge}
+			b.releaseOne(e)
 			continue
 		}
-		pe.rec = rec
-		b.produced = append(b.produced, i)
-		job := jobFromSubmission(ev.JobID, b.tenant, pe.accepted.Spec, b.now, pe.accepted.RunAt, traceID)
-		job.Unique = pe.accepted.Unique
-		job.ScheduleID = ev.ScheduleID
-		f := false
-		job.Deduplicated = &f
-		b.out[i] = outcome{job: job, created: true}
+		e.rec = rec
+		b.produced = append(b.produced, e)
+		job := jobs.Submitted(ev.JobID, b.tenant, e.accepted.Spec, b.now, e.accepted.RunAt)
+		job.TraceID, job.Unique, job.ScheduleID = traceID, e.accepted.Unique, ev.ScheduleID
+		e.out = outcome{job: job.Deduplicate(false), created: true}
 	}
 	return nil
 }
@@ -277,37 +314,43 @@ func (b *submission) produce(ctx context.Context) {
 	}
 	recs := make([]*kgo.Record, len(b.produced))
 	cache := make(map[string][]byte, len(b.produced))
-	for k, i := range b.produced {
-		recs[k] = b.per[i].rec
-		cached := b.out[i].job
+	for k, e := range b.produced {
+		recs[k] = e.rec
+		cached := e.out.job
 		cached.Deduplicated = nil
 		cache[cached.ID], _ = json.Marshal(cached)
 	}
 	keyed := len(b.claimsHeld()) > 0
 	b.s.testPause(ctx, pauseClaimed, keyed)
-	errs := b.s.commit.Produce(ctx, cache, recs...)
+	errs := b.s.commit.Produce(ctx, cache, recs...) // one error per record, in order
 	b.s.testPause(ctx, pauseProduced, keyed)
 	for k, err := range errs {
-		i := b.produced[k]
-		c := b.per[i].claim
-		if err != nil {
-			b.s.log.ErrorContext(ctx, "produce enqueued failed", "tenant", b.tenant, "job_id", b.out[i].job.ID, "err", err)
-			b.out[i] = outcome{err: errUnavailable}
-			if c != nil {
-				b.abandon = append(b.abandon, *c) // it may have reached Kafka
-			}
-			continue
-		}
-		if c != nil {
-			b.done = append(b.done, idem.Finished{Key: c.Key, Hash: c.Hash, JobID: b.out[i].job.ID})
-		}
-		if b.per[i].uniqueHeld {
-			b.uniqueSettle = append(b.uniqueSettle, b.uniqueSwap(i, true))
-		}
-		b.accepted++
-		j := b.out[i].job
-		b.s.log.DebugContext(ctx, "job submitted", "tenant", b.tenant, "job_id", j.ID, "type", j.Type, "queue", j.Queue)
+		b.settleProduced(ctx, b.produced[k], err)
 	}
+}
+
+// settleProduced notes what the produce of e's record means for its keys:
+// a failed produce abandons its Idempotency-Key (the record may have
+// reached Kafka); a produced job completes it and keeps its unique key.
+func (b *submission) settleProduced(ctx context.Context, e *entry, err error) {
+	c := e.claim
+	if err != nil {
+		b.s.log.ErrorContext(ctx, "produce enqueued failed", "tenant", b.tenant, "job_id", e.out.job.ID, "err", err)
+		e.out = outcome{err: errUnavailable}
+		if c != nil {
+			b.abandon = append(b.abandon, *c)
+		}
+		return
+	}
+	if c != nil {
+		b.done = append(b.done, idem.Finished{Key: c.Key, Hash: c.Hash, JobID: e.out.job.ID})
+	}
+	if e.uniqueHeld {
+		b.uniqueSettle = append(b.uniqueSettle, e.uniqueSwap(true))
+	}
+	b.accepted++
+	j := e.out.job
+	b.s.log.DebugContext(ctx, "job submitted", "tenant", b.tenant, "job_id", j.ID, "type", j.Type, "queue", j.Queue)
 }
 
 // record settles the keys in Redis and counts what this replica accepted
@@ -336,25 +379,24 @@ func (b *submission) record(ctx context.Context) {
 // claimsHeld are the keys this request still holds.
 func (b *submission) claimsHeld() []idem.Claim {
 	var out []idem.Claim
-	for _, pe := range b.per {
-		if pe.claim != nil {
-			out = append(out, *pe.claim)
+	for _, e := range b.entries {
+		if e.claim != nil {
+			out = append(out, *e.claim)
 		}
 	}
 	return out
 }
 
-// releaseOne frees item i's keys at the end: its job is certainly not
+// releaseOne frees e's keys at the end: its job is certainly not
 // produced.
-func (b *submission) releaseOne(i int) {
-	pe := &b.per[i]
-	if pe.claim != nil {
-		b.release = append(b.release, *pe.claim)
-		pe.claim = nil
+func (b *submission) releaseOne(e *entry) {
+	if e.claim != nil {
+		b.release = append(b.release, *e.claim)
+		e.claim = nil
 	}
-	if pe.uniqueHeld {
-		b.uniqueSettle = append(b.uniqueSettle, b.uniqueSwap(i, false))
-		pe.uniqueHeld = false
+	if e.uniqueHeld {
+		b.uniqueSettle = append(b.uniqueSettle, e.uniqueSwap(false))
+		e.uniqueHeld = false
 	}
 }
 
@@ -363,9 +405,9 @@ func (b *submission) releaseOne(i int) {
 func (b *submission) releaseClaims(ctx context.Context) {
 	bg := context.WithoutCancel(ctx)
 	_ = b.s.idem.Release(bg, b.tenant, append(b.claimsHeld(), b.release...))
-	for i := range b.per {
-		if b.per[i].uniqueHeld {
-			b.uniqueSettle = append(b.uniqueSettle, b.uniqueSwap(i, false))
+	for _, e := range b.entries {
+		if e.uniqueHeld {
+			b.uniqueSettle = append(b.uniqueSettle, e.uniqueSwap(false))
 		}
 	}
 	_ = b.s.unique.Settle(bg, b.tenant, b.uniqueSettle, b.now)

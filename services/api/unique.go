@@ -3,12 +3,10 @@ package api
 import (
 	"context"
 	"net/http"
-	"strings"
 	"time"
 
-	"github.com/google/uuid"
-
 	"github.com/ferryhq/ferry/platform/httpx"
+	"github.com/ferryhq/ferry/platform/jobs"
 	"github.com/ferryhq/ferry/services/api/internal/idem"
 	"github.com/ferryhq/ferry/services/api/internal/store"
 	"github.com/ferryhq/ferry/services/api/internal/unique"
@@ -40,8 +38,8 @@ func (b *submission) claimUnique(ctx context.Context) error {
 			break
 		}
 		if time.Now().After(deadline) {
-			for _, i := range want {
-				b.out[i].err, b.per[i].replay = errUniqueInFlight, true
+			for _, e := range want {
+				e.out.err, e.replay = errUniqueInFlight, true
 			}
 			break
 		}
@@ -59,21 +57,18 @@ func (b *submission) claimUnique(ctx context.Context) error {
 // uniqueItems maps each unique key of the request to the first item that
 // would create a job with it, noting later items with the same key as its
 // twins.
-func (b *submission) uniqueItems() map[string]int {
-	want := map[string]int{}
-	for i := range b.items {
-		u := b.per[i].accepted.Unique
-		if u == nil || !b.creates(i) {
+func (b *submission) uniqueItems() map[string]*entry {
+	want := map[string]*entry{}
+	for _, e := range b.entries {
+		u := e.accepted.Unique
+		if u == nil || !e.creates() {
 			continue
 		}
 		if first, ok := want[u.Key]; ok {
-			if b.twins == nil {
-				b.twins = map[int]int{}
-			}
-			b.twins[i], b.per[i].replay = first, true
+			e.twinOf, e.replay = first, true
 			continue
 		}
-		want[u.Key] = i
+		want[u.Key] = e
 	}
 	return want
 }
@@ -82,10 +77,10 @@ func (b *submission) uniqueItems() map[string]int {
 // what it can: keys claimed (unless the projection knows a holder), keys
 // whose holder still holds them. It leaves in want the keys held in flight
 // and those whose claim was found stale (retryNow: claim them again at once).
-func (b *submission) uniqueRound(ctx context.Context, want map[string]int, stale map[string]string) (retryNow bool, err error) {
+func (b *submission) uniqueRound(ctx context.Context, want map[string]*entry, stale map[string]string) (retryNow bool, err error) {
 	claims := make([]unique.Claim, 0, len(want))
-	for key, i := range want {
-		claims = append(claims, unique.Claim{Key: key, JobID: b.jobID(i), Replace: stale[key]})
+	for key, e := range want {
+		claims = append(claims, unique.Claim{Key: key, JobID: e.assignedID(), Replace: stale[key]})
 	}
 	res, err := b.s.unique.Claim(ctx, b.tenant, claims)
 	if err != nil {
@@ -99,7 +94,7 @@ func (b *submission) uniqueRound(ctx context.Context, want map[string]int, stale
 		switch {
 		case r.Claimed:
 			fresh = append(fresh, key)
-			b.per[want[key]].uniqueHeld = true
+			want[key].uniqueHeld = true
 		case !r.InFlight:
 			held[key] = r
 		}
@@ -113,7 +108,7 @@ func (b *submission) uniqueRound(ctx context.Context, want map[string]int, stale
 // heldUnique settles freshly claimed keys: one the projection knows a
 // holder of (Redis forgot its claim) answers with that job, and its claim
 // is pointed at it; the others are this request's.
-func (b *submission) heldUnique(ctx context.Context, want map[string]int, fresh []string) error {
+func (b *submission) heldUnique(ctx context.Context, want map[string]*entry, fresh []string) error {
 	if len(fresh) == 0 {
 		return nil
 	}
@@ -124,15 +119,15 @@ func (b *submission) heldUnique(ctx context.Context, want map[string]int, fresh 
 	}
 	var repair []unique.Swap
 	for _, key := range fresh {
-		i := want[key]
+		e := want[key]
 		delete(want, key)
 		j, ok := holders[key]
 		if !ok {
 			continue
 		}
-		b.per[i].uniqueHeld = false
-		b.answerWith(i, jobFromRow(j.Row, b.now))
-		repair = append(repair, unique.Swap{Key: key, From: unique.Pending(b.per[i].jobID), To: unique.Produced(j.ID), Until: *j.UniqueUntil})
+		e.uniqueHeld = false
+		e.answerWith(jobFromRow(j.Row, b.now))
+		repair = append(repair, unique.Swap{Key: key, From: unique.Pending(e.jobID), To: unique.Produced(j.ID), Until: *j.UniqueUntil})
 	}
 	if err := b.s.unique.Settle(context.WithoutCancel(ctx), b.tenant, repair, b.now); err != nil {
 		b.s.log.WarnContext(ctx, "unique key repair failed", "tenant", b.tenant, "err", err)
@@ -144,7 +139,7 @@ func (b *submission) heldUnique(ctx context.Context, want map[string]int, fresh 
 // still holds it (per the projection, or just submitted and not projected
 // yet) with that job; a claim whose job no longer holds the key is stale
 // and claimed again in the next round.
-func (b *submission) checkHolders(ctx context.Context, want map[string]int, held map[string]unique.Result, stale map[string]string) (retryNow bool, err error) {
+func (b *submission) checkHolders(ctx context.Context, want map[string]*entry, held map[string]unique.Result, stale map[string]string) (retryNow bool, err error) {
 	if len(held) == 0 {
 		return false, nil
 	}
@@ -157,15 +152,15 @@ func (b *submission) checkHolders(ctx context.Context, want map[string]int, held
 		return false, err
 	}
 	for key, r := range held {
-		i := want[key]
+		e := want[key]
 		row, projected := rows[r.JobID]
 		job, recent := cached[r.JobID]
 		switch {
 		case projected && row.HoldsUnique(b.now):
-			b.answerWith(i, jobFromRow(row.Row, b.now))
+			e.answerWith(jobFromRow(row.Row, b.now))
 		case !projected && recent:
-			b.answerWith(i, job) // just submitted: where every state starts
-		case !projected && !idOlderThan(r.JobID, b.now, b.s.cfg.SubmittedTTL):
+			e.answerWith(job) // just submitted: where every state starts
+		case !projected && !jobs.MintedBefore(r.JobID, b.now.Add(-b.s.cfg.SubmittedTTL)):
 			continue // produced, not projected, not cached: wait for the projection
 		default:
 			stale[key], retryNow = r.Value, true
@@ -176,19 +171,21 @@ func (b *submission) checkHolders(ctx context.Context, want map[string]int, held
 	return retryNow, nil
 }
 
-// answerWith answers item i with the job holding its unique key.
-func (b *submission) answerWith(i int, j Job) {
-	b.out[i], b.per[i].replay = outcome{job: dedup(j)}, true
+// answerWith answers e with the job holding its unique key.
+func (e *entry) answerWith(j Job) {
+	e.out, e.replay = outcome{job: j.Deduplicate(true)}, true
 }
 
 // answerTwins answers each later batch item with a unique key of an earlier
 // item as that item was answered: its job, deduplicated, or its error.
 func (b *submission) answerTwins() {
-	for i, first := range b.twins {
-		if o := b.out[first]; o.err != nil {
-			b.out[i] = outcome{err: o.err}
-		} else {
-			b.out[i] = outcome{job: dedup(o.job)}
+	for _, e := range b.entries {
+		switch first := e.twinOf; {
+		case first == nil:
+		case first.out.err != nil:
+			e.out = outcome{err: first.out.err}
+		default:
+			e.out = outcome{job: first.out.job.Deduplicate(true)}
 		}
 	}
 }
@@ -198,31 +195,30 @@ func (b *submission) answerTwins() {
 // answered with (a retry of the request gets the same answer), or is freed
 // when the item was answered with an error.
 func (b *submission) settleAnswered() {
-	for i := range b.per {
-		c := b.per[i].claim
-		if c == nil || !b.per[i].replay {
+	for _, e := range b.entries {
+		c := e.claim
+		if c == nil || !e.replay {
 			continue
 		}
-		if o := b.out[i]; o.err == nil {
-			b.done = append(b.done, idem.Finished{Key: c.Key, Hash: c.Hash, JobID: o.job.ID})
+		if e.out.err == nil {
+			b.done = append(b.done, idem.Finished{Key: c.Key, Hash: c.Hash, JobID: e.out.job.ID})
 		} else {
 			b.release = append(b.release, *c)
 		}
-		b.per[i].claim = nil
+		e.claim = nil
 	}
 }
 
-// jobID is the id item i's job gets: its idempotency claim's, else one
+// assignedID is the id e's new job gets: its idempotency claim's, else one
 // minted once.
-func (b *submission) jobID(i int) string {
-	pe := &b.per[i]
+func (e *entry) assignedID() string {
 	switch {
-	case pe.claim != nil:
-		pe.jobID = pe.claim.JobID
-	case pe.jobID == "":
-		pe.jobID = b.items[i].newJobID()
+	case e.claim != nil:
+		e.jobID = e.claim.JobID
+	case e.jobID == "":
+		e.jobID = e.newJobID()
 	}
-	return pe.jobID
+	return e.jobID
 }
 
 // uniqueSwaps are the claim changes at the end of a request: a produced
@@ -230,24 +226,12 @@ func (b *submission) jobID(i int) string {
 // produced is freed (released true). A failed produce leaves its claim to
 // expire with its lease: the job may have reached Kafka, and the
 // projection will know it by then.
-func (b *submission) uniqueSwap(i int, produced bool) unique.Swap {
-	pe := &b.per[i]
-	sw := unique.Swap{Key: pe.accepted.Unique.Key, From: unique.Pending(pe.jobID)}
+func (e *entry) uniqueSwap(produced bool) unique.Swap {
+	sw := unique.Swap{Key: e.accepted.Unique.Key, From: unique.Pending(e.jobID)}
 	if produced {
-		sw.To, sw.Until = unique.Produced(pe.jobID), pe.accepted.Unique.Until
+		sw.To, sw.Until = unique.Produced(e.jobID), e.accepted.Unique.Until
 	}
 	return sw
-}
-
-// idOlderThan reports whether the UUIDv7 job id was minted more than d
-// before now (true when the id carries no time).
-func idOlderThan(jobID string, now time.Time, d time.Duration) bool {
-	u, err := uuid.Parse(strings.TrimPrefix(jobID, "job_"))
-	if err != nil || u.Version() != 7 {
-		return true
-	}
-	sec, nsec := u.Time().UnixTime()
-	return now.Sub(time.Unix(sec, nsec)) > d
 }
 
 // findJobs loads jobs of tenant by id: the projection's rows, and for ids

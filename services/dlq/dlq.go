@@ -43,6 +43,7 @@ import (
 	"github.com/ferryhq/ferry/events/schema"
 	"github.com/ferryhq/ferry/platform/auth"
 	"github.com/ferryhq/ferry/platform/config"
+	"github.com/ferryhq/ferry/platform/jobs"
 	"github.com/ferryhq/ferry/platform/projection"
 	"github.com/ferryhq/ferry/platform/service"
 	"github.com/ferryhq/ferry/services/dlq/internal/store"
@@ -77,7 +78,10 @@ type Config struct {
 	// ClaimWait is how long a re-drive waits for a concurrent re-drive of
 	// the same entry to finish before answering 409. Defaults to 5s.
 	ClaimWait time.Duration
-	// MaxPayloadBytes bounds an edited payload. Defaults to 262144.
+	// MaxPayloadBytes bounds an edited payload of a tenant without its own
+	// max_payload_bytes: the deployment's payload limit, the api's
+	// (FERRY_API_MAX_PAYLOAD_BYTES), so a re-drive is held to the limit a
+	// submission is (jobs.CheckRedriveEdit).
 	MaxPayloadBytes int
 	// ProjectionBatch bounds records per projection transaction.
 	// Defaults to 2000.
@@ -96,7 +100,7 @@ func (c Config) WithDefaults() Config {
 	config.DefaultVar(&c.RedriveRate, "FERRY_DLQ_REDRIVE_RATE")
 	config.Default(&c.BulkBatch, 500)
 	config.Default(&c.BulkMax, 10000)
-	config.Default(&c.MaxPayloadBytes, 262144)
+	config.DefaultVar(&c.MaxPayloadBytes, "FERRY_API_MAX_PAYLOAD_BYTES")
 	config.Default(&c.ProjectionBatch, 2000)
 	if c.Now == nil {
 		c.Now = time.Now
@@ -127,6 +131,9 @@ func LoadConfig(l *config.Loader) Config {
 	return Config{
 		Retention:   l.Duration("FERRY_DLQ_RETENTION"),
 		RedriveRate: l.Int("FERRY_DLQ_REDRIVE_RATE"),
+		// The deployment's payload limit, which an edited payload is held to
+		// as a submitted one is.
+		MaxPayloadBytes: l.Int("FERRY_API_MAX_PAYLOAD_BYTES"),
 	}
 }
 
@@ -137,10 +144,13 @@ func Build(_ context.Context, deps *service.Deps, l *config.Loader) (service.Com
 
 // Service is the running dlq service.
 type Service struct {
-	deps    *service.Deps
-	cfg     Config
-	log     *slog.Logger
-	store   *store.Store
+	deps  *service.Deps
+	cfg   Config
+	log   *slog.Logger
+	store *store.Store
+	// limits are each tenant's submission limits, which bound re-drive
+	// edits.
+	limits  *jobs.LimitsReader
 	limiter *rate.Limiter
 	// batch is the bulk batch size: BulkBatch, but never more than one
 	// second's worth of RedriveRate, so no batch exceeds the rate.
@@ -168,6 +178,8 @@ func New(deps *service.Deps, cfg Config) (*Service, error) {
 		cfg:   cfg,
 		log:   log,
 		store: store.New(deps.Postgres, deps.Topics, log),
+		limits: jobs.NewLimitsReader(auth.NewTenantCache(deps.Postgres, time.Second),
+			jobs.Defaults{MaxPayloadBytes: cfg.MaxPayloadBytes}),
 		// The burst is one batch, so a batch waits for its whole budget.
 		limiter: rate.NewLimiter(rate.Limit(cfg.RedriveRate), min(cfg.BulkBatch, cfg.RedriveRate)),
 		batch:   min(cfg.BulkBatch, cfg.RedriveRate),

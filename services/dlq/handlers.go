@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -16,6 +17,7 @@ import (
 	"github.com/ferryhq/ferry/events/schema"
 	"github.com/ferryhq/ferry/platform/auth"
 	"github.com/ferryhq/ferry/platform/httpx"
+	"github.com/ferryhq/ferry/platform/jobs"
 	"github.com/ferryhq/ferry/platform/kafkax"
 	"github.com/ferryhq/ferry/services/dlq/internal/redrive"
 	"github.com/ferryhq/ferry/services/dlq/internal/store"
@@ -34,6 +36,15 @@ const (
 	// payload may take.
 	bodySlack = 16 << 10
 )
+
+// classRule is what a bad class filter is told.
+var classRule = func() string {
+	names := make([]string, len(schema.ErrorClasses))
+	for i, c := range schema.ErrorClasses {
+		names[i] = string(c)
+	}
+	return "must be one of " + strings.Join(names, ", ")
+}()
 
 // Errors of the dlq routes.
 var (
@@ -68,7 +79,7 @@ type filterJSON struct {
 
 func (f filterJSON) validate(bad map[string]string) store.Filter {
 	if f.Class != "" && !schema.ErrorClass(f.Class).Valid() {
-		bad["class"] = "must be one of app_error, retryable, permanent, timeout, worker_lost, expired, cancelled"
+		bad["class"] = classRule
 	}
 	if len(f.Q) > maxQueryLen {
 		bad["q"] = fmt.Sprintf("must be at most %d characters", maxQueryLen)
@@ -198,8 +209,17 @@ type redriveBody struct {
 	MaxAttempts *int            `json:"max_attempts,omitempty"`
 }
 
+// decodeRedriveBody reads a re-drive's optional body and checks its edits
+// under the tenant's limits, as a submission of the tenant is checked
+// (jobs.CheckRedriveEdit).
 func (s *Service) decodeRedriveBody(w http.ResponseWriter, r *http.Request) (redrive.Edit, error) {
-	limit := int64(s.cfg.MaxPayloadBytes) + bodySlack
+	p, _ := auth.FromContext(r.Context())
+	lim, err := s.limits.Limits(r.Context(), p.TenantID)
+	if err != nil {
+		s.log.ErrorContext(r.Context(), "tenant settings read failed", "tenant", p.TenantID, "err", err)
+		return redrive.Edit{}, errUnavailable
+	}
+	limit := int64(lim.MaxPayloadBytes) + bodySlack
 	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	if err != nil {
 		var maxErr *http.MaxBytesError
@@ -216,52 +236,18 @@ func (s *Service) decodeRedriveBody(w http.ResponseWriter, r *http.Request) (red
 	if err := httpx.DecodeJSON(w, r, limit, &b); err != nil {
 		return redrive.Edit{}, err
 	}
-	bad := map[string]string{}
-	payload, err := editedPayload(b.Payload, s.cfg.MaxPayloadBytes)
-	if err != nil {
-		return redrive.Edit{}, err
+	payload, err := jobs.CheckRedriveEdit(b.Payload, b.MaxAttempts, lim)
+	var inv *jobs.Invalid
+	if errors.As(err, &inv) {
+		return redrive.Edit{}, inv.HTTPError()
 	}
-	if b.MaxAttempts != nil && (*b.MaxAttempts < 1 || *b.MaxAttempts > redrive.MaxAttempts) {
-		bad["max_attempts"] = fmt.Sprintf("must be between 1 and %d", redrive.MaxAttempts)
-	}
-	if len(bad) > 0 {
-		e := httpx.Errorf(http.StatusUnprocessableEntity, "validation_failed", "the re-drive has invalid fields")
-		e.Fields = bad
-		return redrive.Edit{}, e
-	}
-	return redrive.Edit{Payload: payload, MaxAttempts: b.MaxAttempts}, nil
-}
-
-// editedPayload checks an edited payload as the api checks a submitted one
-// (schema.EncodePayload: storable by every projection, its size counted as
-// produced) and returns it as it will be produced; nil and null pass.
-func editedPayload(raw json.RawMessage, limit int) (json.RawMessage, error) {
-	if raw == nil {
-		return nil, nil
-	}
-	if bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
-		return json.RawMessage("null"), nil
-	}
-	enc, err := schema.EncodePayload(raw)
-	var ue *schema.UnstorableJSONError
-	switch {
-	case errors.As(err, &ue):
-		e := httpx.Errorf(http.StatusUnprocessableEntity, "payload_unstorable", "the payload holds a value Postgres cannot store (see fields); nothing was re-driven")
-		e.Fields = map[string]string{"payload" + ue.Path: ue.Reason + ", which Postgres jsonb cannot store"}
-		return nil, e
-	case err != nil:
-		return nil, httpx.Errorf(http.StatusBadRequest, "invalid_json", "payload must be JSON")
-	case len(enc) > limit:
-		return nil, httpx.Errorf(http.StatusRequestEntityTooLarge, "payload_too_large",
-			"payload is %d bytes as encoded in the job's event ('<', '>' and '&' escaped as 6 bytes each); the limit is %d", len(enc), limit)
-	}
-	return enc, nil
+	return redrive.Edit{Payload: payload, MaxAttempts: b.MaxAttempts}, err
 }
 
 type redriveResponse struct {
-	Job          Job   `json:"job"`
-	Entry        Entry `json:"entry"`
-	Deduplicated bool  `json:"deduplicated"`
+	Job          jobs.Job `json:"job"`
+	Entry        Entry    `json:"entry"`
+	Deduplicated bool     `json:"deduplicated"`
 }
 
 func (s *Service) handleRedrive(w http.ResponseWriter, r *http.Request) {
@@ -286,14 +272,14 @@ func (s *Service) handleRedrive(w http.ResponseWriter, r *http.Request) {
 				at = *rd.RedrivenAt
 			}
 			httpx.WriteJSON(w, http.StatusOK, redriveResponse{
-				Job:   jobOf(p.TenantID, rd.JobID, id, rd.Spec, at, true),
+				Job:   redrivenJob(p.TenantID, rd.JobID, id, rd.Spec, at, true),
 				Entry: entryFromStore(e), Deduplicated: true,
 			})
 			return
 		}
 		now := s.cfg.Now().UTC()
 		spec := redrive.Spec(e.Spec, edit, now)
-		jobID, ok, err := s.store.ClaimOne(ctx, p.TenantID, id, redrive.NewJobID(), p.KeyID, spec, now, now.Add(-s.cfg.ClaimTTL))
+		jobID, ok, err := s.store.ClaimOne(ctx, p.TenantID, id, jobs.NewID(), p.KeyID, spec, now, now.Add(-s.cfg.ClaimTTL))
 		if err != nil {
 			httpx.WriteError(w, r, err)
 			return
@@ -324,7 +310,7 @@ func (s *Service) handleRedrive(w http.ResponseWriter, r *http.Request) {
 			e = fresh
 		}
 		httpx.WriteJSON(w, http.StatusAccepted, redriveResponse{
-			Job:   jobOf(p.TenantID, jobID, id, spec, now, false),
+			Job:   redrivenJob(p.TenantID, jobID, id, spec, now, false),
 			Entry: entryFromStore(e),
 		})
 		return
@@ -484,7 +470,7 @@ func (s *Service) bulk(ctx context.Context, p auth.Principal, f store.Filter, as
 			return done, failed, err
 		}
 		now := s.cfg.Now().UTC()
-		claims, err := s.store.ClaimBatch(ctx, p.TenantID, f, asOf, n, p.KeyID, now, redrive.NewJobID, func(e store.Entry) schema.JobSpec {
+		claims, err := s.store.ClaimBatch(ctx, p.TenantID, f, asOf, n, p.KeyID, now, jobs.NewID, func(e store.Entry) schema.JobSpec {
 			return redrive.Spec(e.Spec, redrive.Edit{}, now)
 		})
 		if err != nil {

@@ -1,10 +1,10 @@
 package dlq
 
 import (
-	"encoding/json"
 	"time"
 
 	"github.com/ferryhq/ferry/events/schema"
+	"github.com/ferryhq/ferry/platform/jobs"
 	"github.com/ferryhq/ferry/services/dlq/internal/store"
 )
 
@@ -76,38 +76,11 @@ func utc(t *time.Time) *time.Time {
 	return &u
 }
 
-// Job is the part of the job resource (docs/design.md §6) a re-drive knows: the
-// new job as it was enqueued. GET /v1/jobs/{id} has its live status.
-type Job struct {
-	ID           string          `json:"id"`
-	TenantID     string          `json:"tenant_id"`
-	Type         string          `json:"type"`
-	Queue        string          `json:"queue"`
-	Priority     int             `json:"priority"`
-	Pool         string          `json:"pool,omitempty"`
-	Status       schema.Status   `json:"status"`
-	Attempt      int             `json:"attempt"`
-	MaxAttempts  int             `json:"max_attempts"`
-	Payload      json.RawMessage `json:"payload"`
-	Tags         []string        `json:"tags"`
-	CreatedAt    time.Time       `json:"created_at"`
-	ScheduledFor *time.Time      `json:"scheduled_for"`
-	RedrivenFrom string          `json:"redriven_from"`
-	Deduplicated bool            `json:"deduplicated"`
-}
-
-func jobOf(tenant, id, deadID string, spec schema.JobSpec, at time.Time, dedup bool) Job {
-	at = at.UTC()
-	j := Job{
-		ID: id, TenantID: tenant, Type: spec.Type, Queue: spec.Queue, Priority: spec.Priority, Pool: spec.Pool,
-		Status: schema.StatusQueued, Attempt: 1, MaxAttempts: spec.MaxAttempts, Payload: spec.Payload, Tags: spec.Tags,
-		CreatedAt: at, ScheduledFor: &at, RedrivenFrom: deadID, Deduplicated: dedup,
-	}
-	if j.Tags == nil {
-		j.Tags = []string{}
-	}
-	if j.Payload == nil {
-		j.Payload = json.RawMessage("null")
-	}
-	return j
+// redrivenJob is the resource of the job a re-drive of dead job deadID
+// made, as it was enqueued at at (GET /v1/jobs/{id} has its live status):
+// deduplicated when an earlier re-drive made it.
+func redrivenJob(tenant, id, deadID string, spec schema.JobSpec, at time.Time, deduplicated bool) jobs.Job {
+	j := jobs.Submitted(id, tenant, spec, at, at)
+	j.RedrivenFrom = deadID
+	return j.Deduplicate(deduplicated)
 }

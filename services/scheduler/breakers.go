@@ -4,7 +4,6 @@ import (
 	"context"
 	"net/http"
 	"net/url"
-	"regexp"
 	"sync"
 	"time"
 
@@ -17,6 +16,7 @@ import (
 	"github.com/ferryhq/ferry/events/schema"
 	"github.com/ferryhq/ferry/platform/auth"
 	"github.com/ferryhq/ferry/platform/httpx"
+	"github.com/ferryhq/ferry/platform/jobs"
 	"github.com/ferryhq/ferry/platform/kafkax"
 	"github.com/ferryhq/ferry/services/scheduler/internal/qstore"
 )
@@ -114,17 +114,11 @@ func (s *Service) handleListBreakers(w http.ResponseWriter, r *http.Request) {
 	httpx.WriteList(w, "breakers", out, "")
 }
 
-// jobTypePattern is the api's rule for job types.
-var jobTypePattern = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_.:/-]{0,127}$`)
-
-// concurrencyKeyPattern is the api's rule for concurrency keys.
-var concurrencyKeyPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:@/+=-]{0,127}$`)
-
-// pathParam is the unescaped path parameter name, if it matches p;
-// otherwise it answers 422 validation_failed.
-func pathParam(w http.ResponseWriter, r *http.Request, name string, p *regexp.Regexp, rule string) (string, bool) {
+// pathParam is the unescaped path parameter name, if valid says it is
+// one (a rule of platform/jobs); otherwise it answers 422 validation_failed.
+func pathParam(w http.ResponseWriter, r *http.Request, name string, valid func(string) bool, rule string) (string, bool) {
 	v, err := url.PathUnescape(chi.URLParam(r, name))
-	if err != nil || !p.MatchString(v) {
+	if err != nil || !valid(v) {
 		e := httpx.Errorf(http.StatusUnprocessableEntity, "validation_failed", "invalid %s", name)
 		e.Fields = map[string]string{name: rule}
 		httpx.WriteError(w, r, e)
@@ -137,7 +131,7 @@ func pathParam(w http.ResponseWriter, r *http.Request, name string, p *regexp.Re
 // waiting jobs are dispatched again. The change is published (and so
 // audited) with the caller's key as actor.
 func (s *Service) handleResetBreaker(w http.ResponseWriter, r *http.Request) {
-	typ, ok := pathParam(w, r, "type", jobTypePattern, "must be a job type (URL-escaped)")
+	typ, ok := pathParam(w, r, "type", jobs.ValidType, "must be a job type (URL-escaped)")
 	if !ok {
 		return
 	}
@@ -162,7 +156,7 @@ type concurrencyView struct {
 }
 
 func (s *Service) handleConcurrency(w http.ResponseWriter, r *http.Request) {
-	key, ok := pathParam(w, r, "key", concurrencyKeyPattern, "must be a concurrency key (URL-escaped)")
+	key, ok := pathParam(w, r, "key", jobs.ValidConcurrencyKey, "must be a concurrency key (URL-escaped)")
 	if !ok {
 		return
 	}

@@ -2,13 +2,13 @@ package scheduler
 
 import (
 	"net/http"
-	"regexp"
 	"time"
 
 	"github.com/go-chi/chi/v5"
 
 	"github.com/ferryhq/ferry/platform/auth"
 	"github.com/ferryhq/ferry/platform/httpx"
+	"github.com/ferryhq/ferry/platform/jobs"
 	"github.com/ferryhq/ferry/services/scheduler/internal/qstore"
 )
 
@@ -19,9 +19,6 @@ import (
 // the Ferry-Tenant header. A paused queue keeps accepting jobs; they wait,
 // ready, until the queue is resumed. Pauses are stored in Postgres
 // (scheduler_queue_pauses) and copied into Redis, where dispatch reads them.
-
-// queuePattern is the api's rule for queue names.
-var queuePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,63}$`)
 
 // queueView is a queue on the wire.
 type queueView struct {
@@ -85,7 +82,7 @@ func (s *Service) handleListQueues(w http.ResponseWriter, r *http.Request) {
 
 func (s *Service) queueParam(w http.ResponseWriter, r *http.Request) (string, bool) {
 	q := chi.URLParam(r, "queue")
-	if !queuePattern.MatchString(q) {
+	if !jobs.ValidQueue(q) {
 		e := httpx.Errorf(http.StatusUnprocessableEntity, "validation_failed", "invalid queue name")
 		e.Fields = map[string]string{"queue": "must hold 1 to 64 lower-case letters, digits, '_', '.' or '-', starting with a letter or digit"}
 		httpx.WriteError(w, r, e)

@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ferryhq/ferry/events/schema"
+	"github.com/ferryhq/ferry/platform/jobs"
 	"github.com/ferryhq/ferry/platform/telemetry"
 )
 
@@ -73,12 +74,7 @@ var (
 	typeLabels  = telemetry.NewLabelValues(telemetry.MaxLabelValues)
 )
 
-func queueOf(d schema.Dispatch) string {
-	if d.Job.Queue == "" {
-		return "default"
-	}
-	return d.Job.Queue
-}
+func queueOf(d schema.Dispatch) string { return jobs.QueueOf(d.Job) }
 
 // startHandlerSpan starts the span "handler <type>" as a child of ctx (the
 // dispatch's process span, in the job's trace) and records the

@@ -1138,6 +1138,13 @@ export interface components {
             trace_id?: string;
             redriven_from?: string;
             unique?: components["schemas"]["Unique"];
+            /** @description The job's concurrency key and its limit (docs/flow-control.md), when it was submitted with one; absent otherwise. */
+            concurrency?: {
+                /** @example customer-42 */
+                key: string;
+                /** @example 2 */
+                limit: number;
+            };
             /** @description On submission answers only */
             deduplicated?: boolean;
             /** @description The schedule whose fire created the job (absent for jobs submitted directly). */

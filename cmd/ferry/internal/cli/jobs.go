@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ferryhq/ferry/client"
+	"github.com/ferryhq/ferry/platform/jobs"
 )
 
 const submitDoc = `Submits a job. With --wait, polls the job until it is succeeded, dead or
@@ -65,10 +66,10 @@ func (f *submitFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.req.Type, "type", "", "handler name (required)")
 	fs.StringVar(&f.payload, "payload", "", "JSON payload, or @FILE to read it from a file")
 	fs.StringVar(&f.req.Queue, "queue", "", "queue (server default: default)")
-	fs.IntVar(&f.priority, "priority", 5, "priority, 0 most urgent … 9 least")
+	fs.IntVar(&f.priority, "priority", jobs.DefaultPriority, fmt.Sprintf("priority, %d most urgent … %d least", jobs.MinPriority, jobs.MaxPriority))
 	fs.Var(&f.delay, "delay", "run after this duration (e.g. 30s)")
 	fs.Var(&f.runAt, "run-at", "run at this RFC 3339 time")
-	fs.IntVar(&f.maxAttempts, "max-attempts", 5, "attempts before dead-lettering")
+	fs.IntVar(&f.maxAttempts, "max-attempts", jobs.DefaultMaxAttempts, "attempts before dead-lettering")
 	fs.Var(&f.timeout, "timeout", "per-attempt timeout (e.g. 2m)")
 	fs.Var(&f.notAft, "not-after", "RFC 3339 deadline; past it the job is dead-lettered as expired")
 	fs.Var(&f.tags, "tag", "tag (repeatable)")
@@ -93,10 +94,10 @@ func (f *submitFlags) request(fs *flag.FlagSet) string {
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	switch {
-	case set["priority"] && (f.priority < 0 || f.priority > 9):
-		return "--priority must be between 0 and 9"
-	case set["max-attempts"] && f.maxAttempts < 1:
-		return "--max-attempts must be at least 1"
+	case set["priority"] && !jobs.ValidPriority(f.priority):
+		return fmt.Sprintf("--priority must be between %d and %d", jobs.MinPriority, jobs.MaxPriority)
+	case set["max-attempts"] && !jobs.ValidMaxAttempts(f.maxAttempts):
+		return fmt.Sprintf("--max-attempts must be between 1 and %d", jobs.MaxMaxAttempts)
 	case set["delay"] && set["run-at"]:
 		return "--delay and --run-at are mutually exclusive"
 	case req.Pool != "" && req.Pool != "short" && req.Pool != "long":

@@ -6,8 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net/http"
-	"net/url"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -61,57 +59,63 @@ func Schedules(ctx context.Context, args []string, env func(string) string, stdo
 	return exitUsage
 }
 
-// scheduleAction is a command taking one schedule ID.
+// scheduleAction is a command taking one schedule ID: run calls the API
+// for id and prints the answer.
 type scheduleAction struct {
-	method, suffix, doc string
+	doc string
+	run func(r *runner, c *common, cl *client.Client, rec *rawRecorder, id string) int
 }
 
 var scheduleActions = map[string]scheduleAction{
-	"get":     {http.MethodGet, "", "Shows a schedule."},
-	"delete":  {http.MethodDelete, "", "Deletes a schedule; the jobs it created are not touched."},
-	"pause":   {http.MethodPost, "/pause", "Pauses a schedule: fire times that pass while paused are not caught up."},
-	"resume":  {http.MethodPost, "/resume", "Resumes a schedule from its next fire time after now."},
-	"trigger": {http.MethodPost, "/trigger", "Submits the schedule's job now and shows the job."},
+	"get":     {"Shows a schedule.", showSchedule((*client.Client).GetSchedule)},
+	"delete":  {"Deletes a schedule; the jobs it created are not touched.", deleteSchedule},
+	"pause":   {"Pauses a schedule: fire times that pass while paused are not caught up.", showSchedule((*client.Client).PauseSchedule)},
+	"resume":  {"Resumes a schedule from its next fire time after now.", showSchedule((*client.Client).ResumeSchedule)},
+	"trigger": {"Submits the schedule's job now and shows the job.", triggerSchedule},
+}
+
+// showSchedule runs a call answering a schedule and prints the schedule.
+func showSchedule(call func(*client.Client, context.Context, string) (*client.Schedule, error)) func(*runner, *common, *client.Client, *rawRecorder, string) int {
+	return func(r *runner, c *common, cl *client.Client, rec *rawRecorder, id string) int {
+		sc, err := call(cl, r.ctx, id)
+		if err != nil {
+			return r.fail(err)
+		}
+		return r.printSchedule(c, sc, rec.body())
+	}
+}
+
+func deleteSchedule(r *runner, _ *common, cl *client.Client, _ *rawRecorder, id string) int {
+	if err := cl.DeleteSchedule(r.ctx, id); err != nil {
+		return r.fail(err)
+	}
+	fmt.Fprintf(r.stdout, "deleted %s\n", id)
+	return exitOK
+}
+
+func triggerSchedule(r *runner, c *common, cl *client.Client, rec *rawRecorder, id string) int {
+	j, err := cl.TriggerSchedule(r.ctx, id)
+	if err != nil {
+		return r.fail(err)
+	}
+	return r.printJob(c, j, false, rec.body())
 }
 
 // oneSchedule runs a command on one schedule ID.
 func (r *runner) oneSchedule(name string, a scheduleAction, args []string) int {
 	fs, c := r.newFlagSet(name, "ID [flags]", a.doc)
-	id, cl, code, ok := r.idAndClient(fs, c, args)
-	if !ok {
-		return code
-	}
-	raw, err := cl.Raw(r.ctx, a.method, "/v1/schedules/"+url.PathEscape(id)+a.suffix, nil, nil)
-	switch {
-	case err != nil:
-		return r.fail(err)
-	case name == "trigger":
-		var j client.Job
-		if err := json.Unmarshal(raw, &j); err != nil {
-			return r.fail(fmt.Errorf("decoding the triggered job: %w", err))
-		}
-		return r.printJob(c, &j, false, raw)
-	case name == "delete":
-		fmt.Fprintf(r.stdout, "deleted %s\n", id)
-		return exitOK
-	}
-	return r.printSchedule(c, raw)
-}
-
-// idAndClient parses a command's single ID argument and its client.
-func (r *runner) idAndClient(fs *flag.FlagSet, c *common, args []string) (string, *client.Client, int, bool) {
 	pos, code, ok := parse(fs, args)
 	switch {
 	case !ok:
-		return "", nil, code, false
+		return code
 	case len(pos) != 1 || strings.TrimSpace(pos[0]) == "":
-		return "", nil, usageError(fs, "expected one schedule ID"), false
+		return usageError(fs, "expected one schedule ID")
 	}
-	cl, _, err := r.connect(c)
+	cl, rec, err := r.connect(c)
 	if err != nil {
-		return "", nil, usageError(fs, "%v", err), false
+		return usageError(fs, "%v", err)
 	}
-	return pos[0], cl, 0, true
+	return a.run(r, c, cl, rec, pos[0])
 }
 
 // scheduleFlags are the fields of create and update; only flags given on
@@ -136,25 +140,30 @@ func (f *scheduleFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.queue, "queue", "", "job queue (with --type)")
 }
 
-// body builds the request from the flags set on fs.
-func (f *scheduleFlags) body(fs *flag.FlagSet) (map[string]any, error) {
-	body := map[string]any{}
-	var err error
+// request builds the request from the flags set on fs.
+func (f *scheduleFlags) request(fs *flag.FlagSet) (client.ScheduleRequest, error) {
+	var req client.ScheduleRequest
 	fs.Visit(func(fl *flag.Flag) {
 		switch fl.Name {
-		case "name", "cron", "timezone", "overlap", "catchup":
-			body[fl.Name] = fl.Value.String()
+		case "name":
+			req.Name = &f.name
+		case "cron":
+			req.Cron = &f.cron
+		case "timezone":
+			req.TimeZone = &f.timezone
+		case "overlap":
+			req.Overlap = &f.overlap
+		case "catchup":
+			req.Catchup = &f.catchup
 		case "catchup-limit":
-			body["catchup_limit"] = f.catchupLimit
+			req.CatchupLimit = &f.catchupLimit
 		case "paused":
-			body["paused"] = f.paused
+			req.Paused = &f.paused
 		}
 	})
 	job, err := f.template()
-	if job != nil {
-		body["job"] = job
-	}
-	return body, err
+	req.Job = job
+	return req, err
 }
 
 // template is the job template of --job, or of --type, --payload, --queue.
@@ -200,61 +209,49 @@ func (r *runner) writeSchedule(cmd string, args []string) int {
 	if !ok {
 		return code
 	}
-	method, path := http.MethodPost, "/v1/schedules"
+	id := ""
 	if cmd == "update" {
 		if len(pos) != 1 || strings.TrimSpace(pos[0]) == "" {
 			return usageError(fs, "expected one schedule ID")
 		}
-		method, path, pos = http.MethodPatch, path+"/"+url.PathEscape(pos[0]), nil
+		id, pos = pos[0], nil
 	}
 	if len(pos) > 0 {
 		return usageError(fs, "unexpected argument %q", pos[0])
 	}
-	body, err := f.body(fs)
+	req, err := f.request(fs)
 	if err != nil {
 		return usageError(fs, "%v", err)
 	}
-	return r.sendSchedule(fs, c, method, path, body)
-}
-
-func (r *runner) sendSchedule(fs *flag.FlagSet, c *common, method, path string, body map[string]any) int {
-	cl, _, err := r.connect(c)
+	cl, rec, err := r.connect(c)
 	if err != nil {
 		return usageError(fs, "%v", err)
 	}
-	raw, err := cl.Raw(r.ctx, method, path, nil, body)
+	var sc *client.Schedule
+	if id == "" {
+		sc, err = cl.CreateSchedule(r.ctx, req)
+	} else {
+		sc, err = cl.UpdateSchedule(r.ctx, id, req)
+	}
 	if err != nil {
 		return r.fail(err)
 	}
-	return r.printSchedule(c, raw)
+	return r.printSchedule(c, sc, rec.body())
 }
 
-// schedule is the part of the schedule resource the CLI shows.
-type schedule struct {
-	ID            string          `json:"id"`
-	Name          string          `json:"name"`
-	Cron          string          `json:"cron"`
-	TimeZone      string          `json:"timezone"`
-	Job           json.RawMessage `json:"job"`
-	Overlap       string          `json:"overlap"`
-	Catchup       string          `json:"catchup"`
-	CatchupLimit  int             `json:"catchup_limit"`
-	Paused        bool            `json:"paused"`
-	NextFireTimes []string        `json:"next_fire_times"`
-	LastFireAt    string          `json:"last_fire_at"`
-	LastJobID     string          `json:"last_job_id"`
-	LastError     string          `json:"last_error"`
-	Fired         int64           `json:"fired"`
-	Skipped       int64           `json:"skipped"`
-}
-
-func (r *runner) printSchedule(c *common, raw []byte) int {
+// printSchedule prints a schedule: the raw answer with --json, else a
+// short block.
+func (r *runner) printSchedule(c *common, s *client.Schedule, raw []byte) int {
 	if c.json {
 		return r.writeRaw(raw)
 	}
-	var s schedule
-	if err := json.Unmarshal(raw, &s); err != nil {
-		return r.fail(fmt.Errorf("decoding schedule: %w", err))
+	next := make([]string, 0, len(s.NextFireTimes))
+	for i := range s.NextFireTimes {
+		next = append(next, timeText(&s.NextFireTimes[i]))
+	}
+	lastFire := ""
+	if s.LastFireAt != nil {
+		lastFire = timeText(s.LastFireAt)
 	}
 	tw := tabwriter.NewWriter(r.stdout, 0, 0, 1, ' ', 0)
 	line := func(k, v string) { fmt.Fprintf(tw, "%s:\t%s\n", k, v) }
@@ -265,8 +262,8 @@ func (r *runner) printSchedule(c *common, raw []byte) int {
 	line("overlap", s.Overlap)
 	line("catchup", s.Catchup+" (limit "+strconv.Itoa(s.CatchupLimit)+")")
 	line("paused", strconv.FormatBool(s.Paused))
-	line("next fires", dash(strings.Join(s.NextFireTimes, ", ")))
-	line("last fire", dash(strings.TrimSpace(s.LastFireAt+" "+s.LastJobID)))
+	line("next fires", dash(strings.Join(next, ", ")))
+	line("last fire", dash(strings.TrimSpace(lastFire+" "+s.LastJobID)))
 	if s.LastError != "" {
 		line("last error", s.LastError)
 	}
@@ -277,8 +274,9 @@ func (r *runner) printSchedule(c *common, raw []byte) int {
 
 func (r *runner) listSchedules(args []string) int {
 	fs, c := r.newFlagSet("list", "[flags]", "Lists schedules, oldest first.")
-	limit := fs.Int("limit", 50, "schedules per page (1-500)")
-	cursor := fs.String("cursor", "", "next_cursor of the previous page")
+	var opts client.PageOptions
+	fs.IntVar(&opts.Limit, "limit", 50, "schedules per page (1-500)")
+	fs.StringVar(&opts.Cursor, "cursor", "", "next_cursor of the previous page")
 	pos, code, ok := parse(fs, args)
 	if !ok {
 		return code
@@ -286,38 +284,27 @@ func (r *runner) listSchedules(args []string) int {
 	if len(pos) > 0 {
 		return usageError(fs, "unexpected argument %q", pos[0])
 	}
-	cl, _, err := r.connect(c)
+	cl, rec, err := r.connect(c)
 	if err != nil {
 		return usageError(fs, "%v", err)
 	}
-	q := url.Values{"limit": {strconv.Itoa(*limit)}}
-	if *cursor != "" {
-		q.Set("cursor", *cursor)
-	}
-	raw, err := cl.Raw(r.ctx, http.MethodGet, "/v1/schedules", q, nil)
+	page, err := cl.ListSchedules(r.ctx, opts)
 	if err != nil {
 		return r.fail(err)
 	}
 	if c.json {
-		return r.writeRaw(raw)
+		return r.writeRaw(rec.body())
 	}
-	return r.printScheduleList(raw)
+	return r.printScheduleList(page)
 }
 
-func (r *runner) printScheduleList(raw []byte) int {
-	var page struct {
-		Schedules  []schedule `json:"schedules"`
-		NextCursor string     `json:"next_cursor"`
-	}
-	if err := json.Unmarshal(raw, &page); err != nil {
-		return r.fail(fmt.Errorf("decoding schedules: %w", err))
-	}
+func (r *runner) printScheduleList(page *client.SchedulePage) int {
 	tw := tabwriter.NewWriter(r.stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tNAME\tCRON\tTIMEZONE\tPAUSED\tNEXT FIRE")
 	for _, s := range page.Schedules {
 		next := "-"
 		if len(s.NextFireTimes) > 0 {
-			next = s.NextFireTimes[0]
+			next = timeText(&s.NextFireTimes[0])
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%t\t%s\n", s.ID, s.Name, s.Cron, s.TimeZone, s.Paused, next)
 	}

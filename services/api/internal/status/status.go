@@ -50,6 +50,10 @@ type Row struct {
 	// ScheduleID is the schedule that created the job ("" if none), from
 	// the enqueued event that carries it (the first attempt's).
 	ScheduleID string
+	// ConcurrencyKey and ConcurrencyLimit are the job's concurrency key
+	// (schema.Concurrency), empty without one.
+	ConcurrencyKey   string
+	ConcurrencyLimit int
 
 	// CreatedAt is the submission time; until the enqueued event is seen,
 	// the earliest event time of the job.
@@ -193,6 +197,10 @@ func applySpec(r *Row, attempt int, spec schema.JobSpec, createdAt time.Time, su
 	r.SpecAttempt = attempt
 	r.Type, r.Queue, r.Priority, r.MaxAttempts = spec.Type, spec.Queue, spec.Priority, spec.MaxAttempts
 	r.Payload, r.Tags, r.Pool = cloneRaw(spec.Payload), append([]string(nil), spec.Tags...), spec.Pool
+	r.ConcurrencyKey, r.ConcurrencyLimit = "", 0
+	if c := spec.Concurrency; c != nil {
+		r.ConcurrencyKey, r.ConcurrencyLimit = c.Key, c.Limit
+	}
 	r.TraceID, r.IdempotencyKey, r.RequestHash, r.RedrivenFrom = sub.traceID, sub.idemKey, sub.reqHash, redrivenFrom
 	r.UniqueKey, r.UniqueWhile, r.UniqueUntil = "", "", nil
 	if u := sub.unique; u != nil {

@@ -145,6 +145,8 @@ var jobColumns = []column{
 	col("unique_key", specColumn, "text", func(j *Job) *string { return nonEmpty(j.UniqueKey) }, func(r *scannedRow) any { return &r.uniqKey }),
 	col("unique_while", specColumn, "text", func(j *Job) string { return j.UniqueWhile }, func(r *scannedRow) any { return &r.UniqueWhile }),
 	col("unique_until", specColumn, "timestamptz", func(j *Job) *time.Time { return j.UniqueUntil }, func(r *scannedRow) any { return &r.UniqueUntil }),
+	col("concurrency_key", specColumn, "text", func(j *Job) string { return j.ConcurrencyKey }, func(r *scannedRow) any { return &r.ConcurrencyKey }),
+	col("concurrency_limit", specColumn, "int", func(j *Job) int { return j.ConcurrencyLimit }, func(r *scannedRow) any { return &r.ConcurrencyLimit }),
 }
 
 // tagsColumn is written as a JSON array of strings: a batch write passes

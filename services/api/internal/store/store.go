@@ -44,6 +44,13 @@ var scheduleMigrations embed.FS
 // Migrations, whose table they alter.
 var ScheduleMigrations = pgstore.Register("api-schedule", scheduleMigrations, "migrations_schedule")
 
+//go:embed migrations_concurrency/*.sql
+var concurrencyMigrations embed.FS
+
+// ConcurrencyMigrations add the jobs' concurrency key columns; registered
+// after Migrations, whose table they alter.
+var ConcurrencyMigrations = pgstore.Register("api-concurrency", concurrencyMigrations, "migrations_concurrency")
+
 //go:embed migrations_hot/*.sql
 var hotMigrations embed.FS
 
@@ -61,6 +68,9 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
 		return err
 	}
 	if err := ScheduleMigrations.Apply(ctx, pool); err != nil {
+		return err
+	}
+	if err := ConcurrencyMigrations.Apply(ctx, pool); err != nil {
 		return err
 	}
 	if err := HotMigrations.Apply(ctx, pool); err != nil {

@@ -10,9 +10,6 @@ import (
 	"github.com/ferryhq/ferry/events/schema"
 )
 
-// MaxAttempts bounds an edited attempt budget (the api's bound).
-const MaxAttempts = 100
-
 // Edit is what an operator may change when re-driving one entry. Nil
 // fields keep the original submission's value.
 type Edit struct {
@@ -62,7 +59,3 @@ func Event(tenant, deadID, newID, actor string, spec schema.JobSpec, now time.Ti
 		RedrivenFrom: deadID,
 	}
 }
-
-// NewJobID returns the id of a re-driven job: job_ + UUIDv7, as the api
-// names submitted jobs.
-func NewJobID() string { return "job_" + schema.NewEventID() }

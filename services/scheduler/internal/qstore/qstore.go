@@ -51,6 +51,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ferryhq/ferry/events/schema"
+	"github.com/ferryhq/ferry/platform/jobs"
 )
 
 var (
@@ -195,21 +196,11 @@ func (s *Store) Load(ctx context.Context) error {
 // Prefix is the key prefix in use.
 func (s *Store) Prefix() string { return s.opts.Prefix }
 
-// PoolOf returns the pool a job runs in: its Pool, or short.
-func PoolOf(spec schema.JobSpec) string {
-	if spec.Pool == "" {
-		return schema.PoolShort
-	}
-	return spec.Pool
-}
+// PoolOf returns the pool a job runs in (jobs.PoolOf).
+func PoolOf(spec schema.JobSpec) string { return jobs.PoolOf(spec) }
 
-// QueueOf returns the queue of a job: its Queue, or "default".
-func QueueOf(spec schema.JobSpec) string {
-	if spec.Queue == "" {
-		return "default"
-	}
-	return spec.Queue
-}
+// QueueOf returns the queue of a job (jobs.QueueOf).
+func QueueOf(spec schema.JobSpec) string { return jobs.QueueOf(spec) }
 
 // msCeil is t in Unix milliseconds, rounded up so a due time is never early.
 func msCeil(t time.Time) int64 {

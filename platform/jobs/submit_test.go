@@ -1,4 +1,4 @@
-package submit
+package jobs
 
 import (
 	"encoding/json"

@@ -1,16 +1,15 @@
-// Package submit validates job submissions (docs/design.md §3) and turns them
-// into the job specification that travels in the enqueued event. It is pure:
-// the clock and the limits are passed in.
-package submit
+// Submission validation: Validate turns a client's request into the job
+// specification that travels in the enqueued event. It is pure: the clock
+// and the limits are passed in.
+
+package jobs
 
 import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"regexp"
 	"time"
 
 	"github.com/ferryhq/ferry/events/schema"
@@ -78,26 +77,18 @@ type Limits struct {
 	MaxAttemptsByType map[string]int
 }
 
-// Limits of docs/design.md §3 that are not configurable.
+// Limits of docs/design.md §3 that are not configurable (names.go has the
+// defaults and the bounds of priority and attempts).
 const (
-	DefaultQueue       = "default"
-	DefaultPriority    = 5
-	DefaultMaxAttempts = 5
-	MaxMaxAttempts     = 100
-	MaxTags            = 32
-	MaxTagLen          = 64
-	MaxTimeout         = 24 * time.Hour
-	MaxAhead           = 365 * 24 * time.Hour
-	MaxPast            = time.Hour
-	MaxIdempotencyKey  = 255
-	MaxUniqueKey       = 255
-	DefaultUniqueTTL   = 24 * time.Hour
-	MaxUniqueTTL       = 30 * 24 * time.Hour
-)
-
-var (
-	typePattern  = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_.:/-]{0,127}$`)
-	queuePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,63}$`)
+	MaxTags           = 32
+	MaxTagLen         = 64
+	MaxTimeout        = 24 * time.Hour
+	MaxAhead          = 365 * 24 * time.Hour
+	MaxPast           = time.Hour
+	MaxIdempotencyKey = 255
+	MaxUniqueKey      = 255
+	DefaultUniqueTTL  = 24 * time.Hour
+	MaxUniqueTTL      = 30 * 24 * time.Hour
 )
 
 // Accepted is a valid submission.
@@ -152,10 +143,8 @@ func Validate(req Request, now time.Time, lim Limits) (Accepted, error) {
 	v.backoff(req.Backoff, &spec)
 	v.concurrency(req.Concurrency, &spec)
 	unique := v.unique(req.Unique)
-	if err := schema.CheckText(req.IdempotencyKey); err != nil {
-		v.bad["idempotency_key"] = schema.FieldMessage(err)
-	} else if len(req.IdempotencyKey) > MaxIdempotencyKey {
-		v.bad["idempotency_key"] = fmt.Sprintf("must be at most %d characters", MaxIdempotencyKey)
+	if msg := CheckIdempotencyKey(req.IdempotencyKey); msg != "" {
+		v.bad["idempotency_key"] = msg
 	}
 	if len(v.bad) > 0 {
 		return Accepted{}, v.invalid()
@@ -201,19 +190,19 @@ func (v *validation) names(req Request, spec *schema.JobSpec) {
 	case req.Type == "":
 		v.bad["type"] = "is required"
 	case !v.text("type", req.Type):
-	case !typePattern.MatchString(req.Type):
-		v.bad["type"] = "must start with a letter and hold at most 128 letters, digits, '_', '.', ':', '/' or '-'"
+	case !ValidType(req.Type):
+		v.bad["type"] = typeRule
 	}
 	if req.Queue != nil {
 		spec.Queue = *req.Queue
-		if v.text("queue", spec.Queue) && !queuePattern.MatchString(spec.Queue) {
-			v.bad["queue"] = "must hold 1 to 64 lower-case letters, digits, '_', '.' or '-', starting with a letter or digit"
+		if v.text("queue", spec.Queue) && !ValidQueue(spec.Queue) {
+			v.bad["queue"] = queueRule
 		}
 	}
 	if req.Priority != nil {
 		spec.Priority = *req.Priority
-		if spec.Priority < 0 || spec.Priority > 9 {
-			v.bad["priority"] = "must be between 0 (most urgent) and 9"
+		if !ValidPriority(spec.Priority) {
+			v.bad["priority"] = fmt.Sprintf("must be between %d (most urgent) and %d", MinPriority, MaxPriority)
 		}
 	}
 	if req.Pool != nil {
@@ -225,26 +214,17 @@ func (v *validation) names(req Request, spec *schema.JobSpec) {
 }
 
 // payload checks the payload and stores it as it will be produced; the
-// size limit applies to those bytes.
+// size limit applies to those bytes (payload.go).
 func (v *validation) payload(raw json.RawMessage, spec *schema.JobSpec) {
-	if len(raw) == 0 || bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
+	enc, p := encodePayload(raw, v.lim.MaxPayloadBytes)
+	if p != nil {
+		v.bad[p.field], v.tooLarge = p.message, p.tooLarge
+		if p.code != "" {
+			v.codes[p.field] = p.code
+		}
 		return
 	}
-	enc, err := schema.EncodePayload(raw)
-	var ue *schema.UnstorableJSONError
-	switch {
-	case errors.As(err, &ue):
-		field := "payload" + ue.Path
-		v.bad[field] = ue.Reason + ", which Postgres jsonb cannot store"
-		v.codes[field] = CodePayloadUnstorable
-	case err != nil:
-		v.bad["payload"] = "must be JSON"
-	case v.lim.MaxPayloadBytes > 0 && len(enc) > v.lim.MaxPayloadBytes:
-		v.tooLarge = true
-		v.bad["payload"] = fmt.Sprintf("must be at most %d bytes as encoded in the job's event (compact JSON, '<', '>' and '&' escaped as \\u003c, \\u003e, \\u0026); it is %d", v.lim.MaxPayloadBytes, len(enc))
-	default:
-		spec.Payload = enc
-	}
+	spec.Payload = enc
 }
 
 // runAt checks run_at and delay and returns when the first attempt may
@@ -293,8 +273,8 @@ func (v *validation) runAt(req Request) time.Time {
 func (v *validation) limits(req Request, spec *schema.JobSpec, runAt time.Time) {
 	if req.MaxAttempts != nil {
 		spec.MaxAttempts = *req.MaxAttempts
-		if spec.MaxAttempts < 1 || spec.MaxAttempts > MaxMaxAttempts {
-			v.bad["max_attempts"] = fmt.Sprintf("must be between 1 and %d", MaxMaxAttempts)
+		if !ValidMaxAttempts(spec.MaxAttempts) {
+			v.bad["max_attempts"] = maxAttemptsRule
 		}
 	}
 	if req.Timeout != nil && v.text("timeout", *req.Timeout) {

@@ -1,8 +1,7 @@
-package submit
+package jobs
 
 import (
 	"fmt"
-	"regexp"
 
 	"github.com/ferryhq/ferry/events/schema"
 )
@@ -21,17 +20,13 @@ const (
 	MaxConcurrencyLimit     = 10_000
 )
 
-// ConcurrencyKeyPattern is the rule for concurrency keys (also used by the
-// scheduler's GET /v1/concurrency/{key}).
-var ConcurrencyKeyPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:@/+=-]{0,127}$`)
-
 func (v *validation) concurrency(req *ConcurrencyRequest, spec *schema.JobSpec) {
 	if req == nil {
 		return
 	}
 	c := &schema.Concurrency{Key: req.Key, Limit: DefaultConcurrencyLimit}
-	if !ConcurrencyKeyPattern.MatchString(req.Key) {
-		v.bad["concurrency.key"] = "must hold 1 to 128 letters, digits, '_', '.', ':', '@', '/', '+', '=' or '-', starting with a letter or digit"
+	if !ValidConcurrencyKey(req.Key) {
+		v.bad["concurrency.key"] = concurrencyRule
 	}
 	if req.Limit != nil {
 		if *req.Limit < 1 || *req.Limit > MaxConcurrencyLimit {
