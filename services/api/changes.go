@@ -2,7 +2,6 @@ package api
 
 import (
 	"context"
-	"encoding/json"
 	"time"
 
 	"github.com/ferryhq/ferry/events/schema"
@@ -30,25 +29,13 @@ func (s *Service) produceChange(ctx context.Context, data schema.Data) error {
 	return nil
 }
 
-// scheduleSettings are the settings of a schedule a change record compares:
-// what its owner sets, not its firing state.
-type scheduleSettings struct {
-	Name         string          `json:"name"`
-	Cron         string          `json:"cron"`
-	TimeZone     string          `json:"timezone"`
-	Job          json.RawMessage `json:"job"`
-	Overlap      string          `json:"overlap"`
-	Catchup      string          `json:"catchup"`
-	CatchupLimit int             `json:"catchup_limit"`
-	Paused       bool            `json:"paused"`
-}
-
-func settingsOf(sc *schedules.Schedule) *scheduleSettings {
+// settingsOrNil are sc's settings, nil when there is no schedule (before a
+// create, after a delete).
+func settingsOrNil(sc *schedules.Schedule) any {
 	if sc == nil {
 		return nil
 	}
-	return &scheduleSettings{Name: sc.Name, Cron: sc.Cron, TimeZone: sc.TimeZone, Job: sc.Template, Overlap: sc.Overlap,
-		Catchup: sc.Catchup, CatchupLimit: sc.CatchupLimit, Paused: sc.Paused}
+	return settingsOf(*sc)
 }
 
 // scheduleRecorder records action on a schedule, inside the store's
@@ -56,7 +43,7 @@ func settingsOf(sc *schedules.Schedule) *scheduleSettings {
 func (s *Service) scheduleRecorder(action string) schedules.Recorder {
 	return func(ctx context.Context, before, after *schedules.Schedule) error {
 		p, _ := auth.FromContext(ctx)
-		changes, err := schema.Changes(settingsOf(before), settingsOf(after))
+		changes, err := schema.Changes(settingsOrNil(before), settingsOrNil(after))
 		if err != nil {
 			return err
 		}

@@ -36,16 +36,9 @@ var (
 
 // Schedule is the schedule resource.
 type Schedule struct {
-	ID           string          `json:"id"`
-	TenantID     string          `json:"tenant_id"`
-	Name         string          `json:"name"`
-	Cron         string          `json:"cron"`
-	TimeZone     string          `json:"timezone"`
-	Job          json.RawMessage `json:"job"`
-	Overlap      string          `json:"overlap"`
-	Catchup      string          `json:"catchup"`
-	CatchupLimit int             `json:"catchup_limit"`
-	Paused       bool            `json:"paused"`
+	ID       string `json:"id"`
+	TenantID string `json:"tenant_id"`
+	ScheduleSettings
 	// NextFireTimes are the upcoming fire times ([] while paused).
 	NextFireTimes []time.Time `json:"next_fire_times"`
 	QueuedFireAt  *time.Time  `json:"queued_fire_at"`
@@ -58,9 +51,26 @@ type Schedule struct {
 	UpdatedAt     time.Time   `json:"updated_at"`
 }
 
+// ScheduleSettings are the fields of a schedule its owner sets (not its
+// firing state): what a change of it records (changes.go).
+type ScheduleSettings struct {
+	Name         string          `json:"name"`
+	Cron         string          `json:"cron"`
+	TimeZone     string          `json:"timezone"`
+	Job          json.RawMessage `json:"job"`
+	Overlap      string          `json:"overlap"`
+	Catchup      string          `json:"catchup"`
+	CatchupLimit int             `json:"catchup_limit"`
+	Paused       bool            `json:"paused"`
+}
+
+func settingsOf(sc schedules.Schedule) ScheduleSettings {
+	return ScheduleSettings{Name: sc.Name, Cron: sc.Cron, TimeZone: sc.TimeZone, Job: sc.Template, Overlap: sc.Overlap,
+		Catchup: sc.Catchup, CatchupLimit: sc.CatchupLimit, Paused: sc.Paused}
+}
+
 func scheduleResource(sc schedules.Schedule) Schedule {
-	out := Schedule{ID: sc.ID, TenantID: sc.TenantID, Name: sc.Name, Cron: sc.Cron, TimeZone: sc.TimeZone, Job: sc.Template,
-		Overlap: sc.Overlap, Catchup: sc.Catchup, CatchupLimit: sc.CatchupLimit, Paused: sc.Paused,
+	out := Schedule{ID: sc.ID, TenantID: sc.TenantID, ScheduleSettings: settingsOf(sc),
 		NextFireTimes: []time.Time{}, QueuedFireAt: sc.QueuedFireAt, LastFireAt: sc.LastFireAt, LastJobID: sc.LastJobID,
 		LastError: sc.LastError, Fired: sc.Fired, Skipped: sc.Skipped, CreatedAt: sc.CreatedAt, UpdatedAt: sc.UpdatedAt}
 	if spec, err := parseSpec(sc.Cron, sc.TimeZone); err == nil && !sc.Paused && sc.NextFireAt != nil {
