@@ -36,8 +36,9 @@ import (
 //
 // sse-idle runs first, so the memory it measures is that of the streams on a
 // fresh process rather than what earlier workloads left in the heap;
-// audit-export runs last and exports the audit rows of throughput's jobs.
-var Workloads = []string{"sse-idle", "throughput", "latency", "delayed", "retry", "audit-export"}
+// audit-export exports the audit rows of throughput's jobs; flow runs last,
+// as it changes the tenant's flow control (and removes it at the end).
+var Workloads = []string{"sse-idle", "throughput", "latency", "delayed", "retry", "audit-export", "flow"}
 
 // OptInWorkloads run only when -workloads names them, after the others:
 // console seeds a million rows in each of two tables.
@@ -50,6 +51,7 @@ func main() {
 // options are the command line of bench.
 type options struct {
 	workloads, apiURL, key, pgURL, kafka, redisURL, prefix string
+	adminKey                                               string
 	repo, results, profile, envs, ref, peers, compare      string
 	quick, keep                                            bool
 	scale, nThrough, clients, pid                          int
@@ -68,6 +70,7 @@ func parseOptions(args []string, stderr io.Writer) (options, bool) {
 	fs.IntVar(&o.clients, "clients", 4, "concurrent batch clients of the throughput workload")
 	fs.StringVar(&o.apiURL, "url", "", "target a running stack at this base URL instead of starting ferry dev")
 	fs.StringVar(&o.key, "key", "", "API key of the running stack (with -url)")
+	fs.StringVar(&o.adminKey, "admin-key", "", "admin key of the running stack (with -url; the flow workload needs it)")
 	fs.StringVar(&o.pgURL, "postgres", "", "Postgres URL of the running stack (with -url)")
 	fs.StringVar(&o.kafka, "kafka", "", "Kafka brokers of the running stack (with -url)")
 	fs.StringVar(&o.redisURL, "redis", "", "Redis URL of the running stack (with -url; optional)")
@@ -181,7 +184,7 @@ func runFerry(ctx context.Context, o options, want map[string]bool, root string,
 // returns how to stop it.
 func (o options) target(ctx context.Context, root string, info RunInfo, stderr io.Writer) (*Target, func(), error) {
 	if o.apiURL != "" {
-		return &Target{API: strings.TrimRight(o.apiURL, "/"), Key: o.key, Tenant: "default", Postgres: o.pgURL,
+		return &Target{API: strings.TrimRight(o.apiURL, "/"), Key: o.key, AdminKey: o.adminKey, Tenant: "default", Postgres: o.pgURL,
 			Kafka: o.kafka, Redis: o.redisURL, PID: o.pid}, func() {}, nil
 	}
 	work, err := os.MkdirTemp("", "ferry-bench-")
@@ -276,7 +279,7 @@ func newBench(t *Target, probe *Probe, sizes Sizes, o options, stderr io.Writer)
 func (b *Bench) runAll(ctx context.Context, want map[string]bool, info RunInfo, out *os.File, stdout io.Writer) bool {
 	funcs := map[string]func(context.Context) Result{
 		"throughput": b.throughput, "latency": b.latency, "delayed": b.delayed, "retry": b.retry,
-		"sse-idle": b.sseIdle, "audit-export": b.auditExport, "console": b.console,
+		"sse-idle": b.sseIdle, "audit-export": b.auditExport, "flow": b.flowCost, "console": b.console,
 	}
 	ok := true
 	for _, w := range append(append([]string{}, Workloads...), OptInWorkloads...) {

@@ -25,6 +25,7 @@ import (
 type Target struct {
 	API      string // http://host:port
 	Key      string // dev API key (tenant "default")
+	AdminKey string // the operator key ("" when unknown: -url without -admin-key)
 	Tenant   string
 	Kafka    string
 	Postgres string
@@ -153,7 +154,7 @@ func (t *Target) takeReady(ctx context.Context, path string, stderr *lockedBuffe
 			return fmt.Errorf("ferry dev: no ready file: %w\n%s", err, stderr.String())
 		}
 	}
-	t.API, t.Key, t.Tenant = r.APIURL, r.APIKey, r.Tenant
+	t.API, t.Key, t.Tenant, t.AdminKey = r.APIURL, r.APIKey, r.Tenant, r.AdminKey
 	t.Kafka, t.Postgres, t.Redis = strings.Join(r.KafkaBrokers, ","), r.PostgresURL, r.RedisURL
 	return nil
 }

@@ -38,14 +38,14 @@ type Bench struct {
 
 // Sizes are the workloads' job counts (docs/benchmark.md's, or scaled by -quick).
 type Sizes struct {
-	Throughput, LatencyRate, Delayed, Retry, SSE, Audit int
-	LatencyFor                                          time.Duration
-	Delay                                               time.Duration
+	Throughput, LatencyRate, Delayed, Retry, SSE, Audit, Flow int
+	LatencyFor                                                time.Duration
+	Delay                                                     time.Duration
 }
 
 // FullSizes are docs/benchmark.md's.
 var FullSizes = Sizes{Throughput: 100_000, LatencyRate: 1000, LatencyFor: 20 * time.Second, Delayed: 10_000,
-	Delay: 5 * time.Second, Retry: 2000, SSE: 2000, Audit: 100_000}
+	Delay: 5 * time.Second, Retry: 2000, SSE: 2000, Audit: 100_000, Flow: 20_000}
 
 // Scaled divides every count (not rates or delays) by f.
 func (s Sizes) Scaled(f int) Sizes {
@@ -58,6 +58,7 @@ func (s Sizes) Scaled(f int) Sizes {
 	s.Retry /= f
 	s.SSE /= f
 	s.Audit /= f
+	s.Flow /= f
 	return s
 }
 
@@ -70,12 +71,22 @@ type submitted struct {
 func (b *Bench) tag(workload string) string { return "bench-" + workload + "-" + b.runID }
 
 func (b *Bench) post(ctx context.Context, path string, body any) (int, []byte, error) {
-	raw, _ := json.Marshal(body)
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, b.t.API+path, bytes.NewReader(raw))
+	return b.send(ctx, http.MethodPost, path, b.t.Key, body)
+}
+
+// send calls the API with key, body (when not nil) as JSON, and returns
+// the status and the answer.
+func (b *Bench) send(ctx context.Context, method, path, key string, body any) (int, []byte, error) {
+	var rd io.Reader
+	if body != nil {
+		raw, _ := json.Marshal(body)
+		rd = bytes.NewReader(raw)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, b.t.API+path, rd)
 	if err != nil {
 		return 0, nil, err
 	}
-	req.Header.Set("Authorization", "Bearer "+b.t.Key)
+	req.Header.Set("Authorization", "Bearer "+key)
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := b.client.Do(req)
 	if err != nil {
@@ -266,10 +277,16 @@ type submissions struct {
 // submitConcurrently submits n noop jobs tagged tag in batches of 1,000
 // from b.clients concurrent clients.
 func (b *Bench) submitConcurrently(ctx context.Context, n int, tag string) submissions {
+	return b.submitJobs(ctx, n, func(int) jobReq { return jobReq{"type": "noop", "tags": []string{tag}} })
+}
+
+// submitJobs submits the n jobs job(0) … job(n-1) in batches of 1,000 from
+// b.clients concurrent clients.
+func (b *Bench) submitJobs(ctx context.Context, n int, job func(i int) jobReq) submissions {
 	const batch = 1000
-	batches := make(chan int, n/batch+1)
-	for left := n; left > 0; left -= batch {
-		batches <- min(batch, left)
+	batches := make(chan int, n/batch+1) // each batch's first job
+	for first := 0; first < n; first += batch {
+		batches <- first
 	}
 	close(batches)
 	var (
@@ -281,10 +298,10 @@ func (b *Bench) submitConcurrently(ctx context.Context, n int, tag string) submi
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for size := range batches {
-				jobs := make([]jobReq, size)
+			for first := range batches {
+				jobs := make([]jobReq, min(batch, n-first))
 				for i := range jobs {
-					jobs[i] = jobReq{"type": "noop", "tags": []string{tag}}
+					jobs[i] = job(first + i)
 				}
 				got, err := b.submitBatch(ctx, jobs)
 				now := time.Now()

@@ -36,6 +36,7 @@ func TestFlowControl(t *testing.T) {
 		topics.Lifecycle(schema.EventDLQ), topics.Breakers())
 	t.Run("concurrency", func(t *testing.T) { flowConcurrency(t, e) })
 	t.Run("rate limit", func(t *testing.T) { flowRateLimit(t, e, rec) })
+	t.Run("key rate limit", func(t *testing.T) { flowKeyRateLimit(t, e, rec) })
 	t.Run("breaker", func(t *testing.T) { flowBreaker(t, e, rec) })
 }
 
@@ -129,11 +130,16 @@ func flowConcurrency(t *testing.T, e *e2e) {
 // dispatch's lease deadline, less the constant lease: exact, from the
 // scheduler's clock).
 func dispatchTimes(r *recorder, tenant, typ string) []time.Time {
+	return dispatchTimesOf(r, func(d schema.Dispatch) bool { return d.TenantID == tenant && d.Job.Type == typ })
+}
+
+// dispatchTimesOf are the dispatch times of the dispatches that match.
+func dispatchTimesOf(r *recorder, match func(schema.Dispatch) bool) []time.Time {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var out []time.Time
 	for _, ev := range r.events {
-		if d, ok := ev.Data.(schema.Dispatch); ok && d.TenantID == tenant && d.Job.Type == typ {
+		if d, ok := ev.Data.(schema.Dispatch); ok && match(d) {
 			out = append(out, d.LeaseUntil)
 		}
 	}

@@ -183,6 +183,10 @@ func decodeData(ceType string, value []byte) (Data, error) {
 		return decodeAs[WorkerStatus](ceType, value)
 	case CETypeBreakerChanged:
 		return decodeAs[BreakerChanged](ceType, value)
+	case CETypeScheduleChanged:
+		return decodeAs[ScheduleChanged](ceType, value)
+	case CETypeTenantChanged:
+		return decodeAs[TenantChanged](ceType, value)
 	}
 	return nil, fmt.Errorf("%w: %q", ErrUnknownType, ceType)
 }

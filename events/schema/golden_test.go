@@ -171,6 +171,18 @@ func recordTypes() []recordType {
 			TenantID: exTenantID, JobType: "email.send", From: BreakerClosed, To: BreakerOpen,
 			Reason: BreakerReasonFailures, Failures: 5, Actor: "key_01943b6e", At: ts("2025-01-02T03:04:05Z"),
 		}},
+		{CETypeScheduleChanged, topics.Changes(), "ferry/api", ScheduleChanged{
+			TenantID: exTenantID, ScheduleID: "sch_01943b6e00007000800000000000c001", Name: "nightly-report",
+			Action: ActionTriggered, Actor: "key_01943b6e",
+			Changes: []FieldChange{{Field: "cron", From: json.RawMessage(`"30 2 * * *"`), To: json.RawMessage(`"0 3 * * *"`)}},
+			JobID:   exJobID, At: ts("2025-01-02T03:04:05Z"),
+		}},
+		{CETypeTenantChanged, topics.Changes(), "ferry/api", TenantChanged{
+			TenantID: exTenantID, Action: ActionUpdated, Actor: "admin",
+			Changes: []FieldChange{{Field: "flow_control", From: json.RawMessage(`null`),
+				To: json.RawMessage(`{"rate_limits":{"email.send":{"per_second":5,"burst":5}}}`)}},
+			At: ts("2025-01-02T03:04:05Z"),
+		}},
 	}
 }
 
@@ -180,7 +192,7 @@ func allCETypes() []string {
 	for _, et := range EventTypes {
 		out = append(out, et.CEType())
 	}
-	return append(out, CETypeDispatch, CETypeWorkerStatus, CETypeBreakerChanged)
+	return append(out, CETypeDispatch, CETypeWorkerStatus, CETypeBreakerChanged, CETypeScheduleChanged, CETypeTenantChanged)
 }
 
 func TestRecordTypesCoverEveryType(t *testing.T) {

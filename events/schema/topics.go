@@ -53,7 +53,7 @@ func (t Topics) All() []string {
 	for _, p := range Pools {
 		out = append(out, t.Dispatch(p))
 	}
-	return append(out, t.Workers(), t.Breakers())
+	return append(out, t.Workers(), t.Breakers(), t.Changes())
 }
 
 // EventTypeOf returns the lifecycle event type a topic carries, if any.

@@ -20,7 +20,7 @@ func TestTopicsDefaultPrefix(t *testing.T) {
 	if got := topics.Workers(); got != "ferry.workers" {
 		t.Errorf("Workers = %q", got)
 	}
-	all := append(slices.Clone(want), "ferry.jobs.dispatch.short", "ferry.jobs.dispatch.long", "ferry.workers", "ferry.breakers")
+	all := append(slices.Clone(want), "ferry.jobs.dispatch.short", "ferry.jobs.dispatch.long", "ferry.workers", "ferry.breakers", "ferry.changes")
 	if got := topics.All(); !slices.Equal(got, all) {
 		t.Errorf("All = %v, want %v", got, all)
 	}
@@ -41,7 +41,7 @@ func TestTopicsCustomPrefix(t *testing.T) {
 		t.Errorf("Workers = %q", got)
 	}
 	all := topics.All()
-	if len(all) != len(EventTypes)+len(Pools)+2 {
+	if len(all) != len(EventTypes)+len(Pools)+3 { // workers, breakers, changes
 		t.Errorf("All has %d topics: %v", len(all), all)
 	}
 	seen := map[string]bool{}

@@ -55,6 +55,9 @@ type FlowControl struct {
 	// Breakers configures a circuit breaker per type; "*" guards every
 	// type without its own. No entry: no breaker.
 	Breakers map[string]Breaker `json:"breakers,omitempty"`
+	// KeyRateLimits caps how many jobs carrying a concurrency key start
+	// per second, by key (on top of the type's limit, if any).
+	KeyRateLimits map[string]RateLimit `json:"key_rate_limits,omitempty"`
 }
 
 // Breaker configures a circuit breaker: Failures failures of class

@@ -204,6 +204,12 @@ func (s *Service) handleCreateTenant(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.log.InfoContext(r.Context(), "tenant created", "tenant", created.ID, "key_id", key.ID)
+	// Recorded once it exists (a record before the insert would record the
+	// creations refused as tenant_exists too); if Kafka fails now, the log
+	// line above is all that tells of it.
+	if err := s.recordTenant(r.Context(), schema.ActionCreated, nil, created); err != nil {
+		s.log.ErrorContext(r.Context(), "tenant created but not recorded for the audit log", "tenant", created.ID)
+	}
 	httpx.WriteJSON(w, http.StatusCreated, struct {
 		Tenant
 		APIKey string `json:"api_key"`
@@ -275,9 +281,12 @@ func (s *Service) handleUpdateTenant(w http.ResponseWriter, r *http.Request) {
 	// Settings are rewritten whole from the row just read; two admins
 	// patching different limits of one tenant at once is not a case
 	// worth a version column.
-	t, err := auth.UpdateTenant(ctx, s.deps.Postgres, id, auth.TenantUpdate{
-		Name: req.Name, Weight: req.Weight, Settings: &settings, Disabled: req.Disabled,
-	})
+	upd := auth.TenantUpdate{Name: req.Name, Weight: req.Weight, Settings: &settings, Disabled: req.Disabled}
+	if err := s.recordTenantChange(ctx, cur, upd); err != nil {
+		httpx.WriteError(w, r, err)
+		return
+	}
+	t, err := auth.UpdateTenant(ctx, s.deps.Postgres, id, upd)
 	if errors.Is(err, auth.ErrTenantNotFound) {
 		httpx.WriteError(w, r, httpx.ErrNotFound)
 		return

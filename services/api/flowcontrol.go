@@ -9,10 +9,12 @@ import (
 
 	"github.com/ferryhq/ferry/events/schema"
 	"github.com/ferryhq/ferry/platform/auth"
+	"github.com/ferryhq/ferry/services/api/internal/submit"
 )
 
 // A tenant's flow control (docs/flow-control.md): dispatch rate limits and
-// circuit breakers per job type, set with the admin routes as
+// circuit breakers per job type, dispatch rate limits per concurrency key,
+// set with the admin routes as
 // "flow_control" and applied by the scheduler, which re-reads the tenants'
 // settings every 2 s. Breakers are off unless
 // configured: a breaker holds a type's jobs back on failures the tenant
@@ -34,7 +36,7 @@ func (o *optFlowControl) UnmarshalJSON(b []byte) error {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&fc); err != nil {
-		return fmt.Errorf(`flow_control must be null or {"rate_limits": {type: {"per_second", "burst"}}, "breakers": {type: {"failures", "window", "cooldown"}}}: %w`, err)
+		return fmt.Errorf(`flow_control must be null or {"rate_limits": {type: {"per_second", "burst"}}, "breakers": {type: {"failures", "window", "cooldown"}}, "key_rate_limits": {key: {"per_second", "burst"}}}: %w`, err)
 	}
 	o.Value = &fc
 	return nil
@@ -61,23 +63,19 @@ func (o optFlowControl) apply(st *auth.Settings, bad map[string]string) {
 	}
 	st.FlowControl = nil
 	fc := o.Value
-	if fc == nil || (len(fc.RateLimits) == 0 && len(fc.Breakers) == 0) {
+	if fc == nil || (len(fc.RateLimits) == 0 && len(fc.Breakers) == 0 && len(fc.KeyRateLimits) == 0) {
 		return
 	}
 	n := len(bad)
-	if len(fc.RateLimits) > maxFlowTypes || len(fc.Breakers) > maxFlowTypes {
-		bad["flow_control"] = fmt.Sprintf("at most %d job types each in rate_limits and breakers", maxFlowTypes)
+	if len(fc.RateLimits) > maxFlowTypes || len(fc.Breakers) > maxFlowTypes || len(fc.KeyRateLimits) > maxFlowTypes {
+		bad["flow_control"] = fmt.Sprintf("at most %d entries each in rate_limits, breakers and key_rate_limits", maxFlowTypes)
 	}
 	for typ, rl := range fc.RateLimits {
-		field := "flow_control.rate_limits." + typ
-		switch {
-		case !flowTypePattern.MatchString(typ):
-			bad[field] = "is not a job type"
-		case rl.PerSecond <= 0 || rl.PerSecond > maxRateLimit:
-			bad[field+".per_second"] = fmt.Sprintf("must be above 0 and at most %d starts per second", maxRateLimit)
-		case rl.Burst < 1 || rl.Burst > maxRateLimit:
-			bad[field+".burst"] = fmt.Sprintf("must be between 1 and %d starts", maxRateLimit)
-		}
+		checkDispatchRate("flow_control.rate_limits."+typ, flowTypePattern.MatchString(typ), "is not a job type", rl, bad)
+	}
+	for key, rl := range fc.KeyRateLimits {
+		checkDispatchRate("flow_control.key_rate_limits."+key, submit.ConcurrencyKeyPattern.MatchString(key),
+			"is not a concurrency key (1 to 128 letters, digits, '_', '.', ':', '@', '/', '+', '=' or '-', starting with a letter or digit)", rl, bad)
 	}
 	for typ, b := range fc.Breakers {
 		field := "flow_control.breakers." + typ
@@ -98,6 +96,19 @@ func (o optFlowControl) apply(st *auth.Settings, bad map[string]string) {
 	}
 	if len(bad) == n {
 		st.FlowControl = fc
+	}
+}
+
+// checkDispatchRate checks the dispatch rate limit at field, whose name
+// (a job type or a concurrency key) is valid when nameOK.
+func checkDispatchRate(field string, nameOK bool, badName string, rl auth.RateLimit, bad map[string]string) {
+	switch {
+	case !nameOK:
+		bad[field] = badName
+	case rl.PerSecond <= 0 || rl.PerSecond > maxRateLimit:
+		bad[field+".per_second"] = fmt.Sprintf("must be above 0 and at most %d starts per second", maxRateLimit)
+	case rl.Burst < 1 || rl.Burst > maxRateLimit:
+		bad[field+".burst"] = fmt.Sprintf("must be between 1 and %d starts", maxRateLimit)
 	}
 }
 

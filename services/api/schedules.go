@@ -2,7 +2,6 @@ package api
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -37,16 +36,9 @@ var (
 
 // Schedule is the schedule resource.
 type Schedule struct {
-	ID           string          `json:"id"`
-	TenantID     string          `json:"tenant_id"`
-	Name         string          `json:"name"`
-	Cron         string          `json:"cron"`
-	TimeZone     string          `json:"timezone"`
-	Job          json.RawMessage `json:"job"`
-	Overlap      string          `json:"overlap"`
-	Catchup      string          `json:"catchup"`
-	CatchupLimit int             `json:"catchup_limit"`
-	Paused       bool            `json:"paused"`
+	ID       string `json:"id"`
+	TenantID string `json:"tenant_id"`
+	ScheduleSettings
 	// NextFireTimes are the upcoming fire times ([] while paused).
 	NextFireTimes []time.Time `json:"next_fire_times"`
 	QueuedFireAt  *time.Time  `json:"queued_fire_at"`
@@ -59,9 +51,26 @@ type Schedule struct {
 	UpdatedAt     time.Time   `json:"updated_at"`
 }
 
+// ScheduleSettings are the fields of a schedule its owner sets (not its
+// firing state): what a change of it records (changes.go).
+type ScheduleSettings struct {
+	Name         string          `json:"name"`
+	Cron         string          `json:"cron"`
+	TimeZone     string          `json:"timezone"`
+	Job          json.RawMessage `json:"job"`
+	Overlap      string          `json:"overlap"`
+	Catchup      string          `json:"catchup"`
+	CatchupLimit int             `json:"catchup_limit"`
+	Paused       bool            `json:"paused"`
+}
+
+func settingsOf(sc schedules.Schedule) ScheduleSettings {
+	return ScheduleSettings{Name: sc.Name, Cron: sc.Cron, TimeZone: sc.TimeZone, Job: sc.Template, Overlap: sc.Overlap,
+		Catchup: sc.Catchup, CatchupLimit: sc.CatchupLimit, Paused: sc.Paused}
+}
+
 func scheduleResource(sc schedules.Schedule) Schedule {
-	out := Schedule{ID: sc.ID, TenantID: sc.TenantID, Name: sc.Name, Cron: sc.Cron, TimeZone: sc.TimeZone, Job: sc.Template,
-		Overlap: sc.Overlap, Catchup: sc.Catchup, CatchupLimit: sc.CatchupLimit, Paused: sc.Paused,
+	out := Schedule{ID: sc.ID, TenantID: sc.TenantID, ScheduleSettings: settingsOf(sc),
 		NextFireTimes: []time.Time{}, QueuedFireAt: sc.QueuedFireAt, LastFireAt: sc.LastFireAt, LastJobID: sc.LastJobID,
 		LastError: sc.LastError, Fired: sc.Fired, Skipped: sc.Skipped, CreatedAt: sc.CreatedAt, UpdatedAt: sc.UpdatedAt}
 	if spec, err := parseSpec(sc.Cron, sc.TimeZone); err == nil && !sc.Paused && sc.NextFireAt != nil {
@@ -297,12 +306,11 @@ func (s *Service) handleCreateSchedule(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteError(w, r, err)
 		return
 	}
-	created, err := s.schedules.Create(ctx, sc, s.cfg.MaxSchedules)
+	created, err := s.schedules.Create(ctx, sc, s.cfg.MaxSchedules, s.scheduleRecorder(schema.ActionCreated))
 	if err != nil {
 		httpx.WriteError(w, r, s.scheduleStoreError(err))
 		return
 	}
-	s.auditSchedule(ctx, "created", created)
 	httpx.WriteJSON(w, http.StatusCreated, scheduleResource(created))
 }
 
@@ -398,15 +406,15 @@ func (s *Service) handleUpdateSchedule(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteError(w, r, err)
 		return
 	}
-	s.changeSchedule(w, r, "updated", func(sc *schedules.Schedule) error { return e.apply(req, sc) })
+	s.changeSchedule(w, r, schema.ActionUpdated, func(sc *schedules.Schedule) error { return e.apply(req, sc) })
 }
 
 func (s *Service) handlePauseSchedule(w http.ResponseWriter, r *http.Request) {
-	s.setPausedRoute(w, r, true, "paused")
+	s.setPausedRoute(w, r, true, schema.ActionPaused)
 }
 
 func (s *Service) handleResumeSchedule(w http.ResponseWriter, r *http.Request) {
-	s.setPausedRoute(w, r, false, "resumed")
+	s.setPausedRoute(w, r, false, schema.ActionResumed)
 }
 
 // setPausedRoute pauses or resumes; idempotent.
@@ -424,28 +432,25 @@ func (s *Service) setPausedRoute(w http.ResponseWriter, r *http.Request, paused 
 }
 
 // changeSchedule applies fn to the caller's schedule {id} under its row
-// lock, audits the change and answers the schedule.
+// lock, records the change as action and answers the schedule.
 func (s *Service) changeSchedule(w http.ResponseWriter, r *http.Request, action string, fn func(*schedules.Schedule) error) {
 	ctx := r.Context()
 	p, _ := auth.FromContext(ctx)
-	sc, err := s.schedules.Change(ctx, p.TenantID, chi.URLParam(r, "id"), fn)
+	sc, err := s.schedules.Change(ctx, p.TenantID, chi.URLParam(r, "id"), fn, s.scheduleRecorder(action))
 	if err != nil {
 		httpx.WriteError(w, r, s.scheduleStoreError(err))
 		return
 	}
-	s.auditSchedule(ctx, action, sc)
 	httpx.WriteJSON(w, http.StatusOK, scheduleResource(sc))
 }
 
 func (s *Service) handleDeleteSchedule(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	p, _ := auth.FromContext(ctx)
-	sc, err := s.schedules.Delete(ctx, p.TenantID, chi.URLParam(r, "id"))
-	if err != nil {
+	if _, err := s.schedules.Delete(ctx, p.TenantID, chi.URLParam(r, "id"), s.scheduleRecorder(schema.ActionDeleted)); err != nil {
 		httpx.WriteError(w, r, s.scheduleStoreError(err))
 		return
 	}
-	s.auditSchedule(ctx, "deleted", sc)
 	w.WriteHeader(http.StatusNoContent)
 }
 
@@ -456,7 +461,7 @@ func (s *Service) handleTriggerSchedule(w http.ResponseWriter, r *http.Request) 
 	p, _ := auth.FromContext(ctx)
 	now := s.cfg.Now().UTC().Truncate(time.Microsecond)
 	var job Job
-	sc, err := s.schedules.Change(ctx, p.TenantID, chi.URLParam(r, "id"), func(sc *schedules.Schedule) error {
+	_, err := s.schedules.Change(ctx, p.TenantID, chi.URLParam(r, "id"), func(sc *schedules.Schedule) error {
 		jobs, err := s.submitFires(ctx, sc, []time.Time{now}, true)
 		if err != nil {
 			return err
@@ -464,18 +469,10 @@ func (s *Service) handleTriggerSchedule(w http.ResponseWriter, r *http.Request) 
 		job = jobs[0]
 		recordFires(sc, jobs, now)
 		return nil
-	})
+	}, s.scheduleRecorder(schema.ActionTriggered))
 	if err != nil {
 		httpx.WriteError(w, r, s.scheduleStoreError(err))
 		return
 	}
-	s.auditSchedule(ctx, "triggered", sc)
 	httpx.WriteJSON(w, http.StatusAccepted, job)
-}
-
-// auditSchedule records a change of a schedule: who (the API key), what and
-// the schedule after it.
-func (s *Service) auditSchedule(ctx context.Context, action string, sc schedules.Schedule) {
-	p, _ := auth.FromContext(ctx)
-	s.log.InfoContext(ctx, "schedule "+action, "tenant", sc.TenantID, "schedule_id", sc.ID, "name", sc.Name, "actor", p.KeyID)
 }

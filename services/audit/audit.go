@@ -196,7 +196,7 @@ func (s *Service) Run(ctx context.Context) error {
 	g.Go(func() error {
 		return projection.Run(gctx, s.deps.Postgres, projection.Config{
 			Group:    ProjectionGroup,
-			Topics:   append(s.deps.Topics.LifecycleTopics(), s.deps.Topics.Breakers()),
+			Topics:   append(s.deps.Topics.LifecycleTopics(), s.deps.Topics.Breakers(), s.deps.Topics.Changes()),
 			Kafka:    s.deps.KafkaConfig("audit"),
 			MaxBatch: s.cfg.ProjectionBatch,
 			Logger:   s.log,

@@ -24,12 +24,13 @@ func filterOf(r *http.Request) (store.Filter, error) {
 	p, _ := auth.FromContext(r.Context())
 	q := r.URL.Query()
 	f := store.Filter{TenantID: p.TenantID, JobID: q.Get("job_id"), Actor: q.Get("actor")}
-	if t := q.Get("type"); t == store.TypeBreakerChanged || t == schema.CETypeBreakerChanged {
-		f.Type = store.TypeBreakerChanged
-	} else if t != "" {
+	if at, ok := schema.AuditTypeOf(q.Get("type")); ok {
+		f.Type = at
+	} else if t := q.Get("type"); t != "" {
 		et := schema.EventType(strings.TrimSuffix(strings.TrimPrefix(t, "ferry.job."), ".v1"))
 		if !et.Valid() {
-			return f, badParam("type", "type %q is not a lifecycle event (enqueued, started, progress, completed, failed, dlq, cancelled) nor breaker.changed", t)
+			return f, badParam("type", "type %q is not a lifecycle event (enqueued, started, progress, completed, failed, dlq, cancelled) nor one of %s",
+				t, strings.Join(schema.AuditTypes(), ", "))
 		}
 		f.Type = string(et)
 	}

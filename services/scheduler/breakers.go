@@ -45,9 +45,11 @@ func (s *Service) flowRoutes(r chi.Router) {
 	r.Get("/v1/rate-limits", s.handleRateLimits)
 }
 
-// rateLimitView is a dispatch rate limit in effect on the wire.
+// rateLimitView is a dispatch rate limit in effect on the wire: of a job
+// type (type) or of a concurrency key (key).
 type rateLimitView struct {
-	Type      string  `json:"type"`
+	Type      string  `json:"type,omitempty"`
+	Key       string  `json:"key,omitempty"`
 	PerSecond float64 `json:"per_second"`
 	Burst     int     `json:"burst"`
 	// Waiting counts the jobs held back by the limit.
@@ -62,7 +64,7 @@ func (s *Service) handleRateLimits(w http.ResponseWriter, r *http.Request) {
 	}
 	out := make([]rateLimitView, 0, len(rs))
 	for _, x := range rs {
-		out = append(out, rateLimitView{Type: x.Type, PerSecond: x.PerSecond, Burst: x.Burst, Waiting: x.Waiting})
+		out = append(out, rateLimitView{Type: x.Type, Key: x.Key, PerSecond: x.PerSecond, Burst: x.Burst, Waiting: x.Waiting})
 	}
 	httpx.WriteList(w, "rate_limits", out, "")
 }

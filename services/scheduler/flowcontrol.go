@@ -8,8 +8,8 @@ import (
 )
 
 // Flow control (docs/flow-control.md): concurrency keys (carried by each
-// job), dispatch rate limits and circuit breakers (tenant settings, by job
-// type) are enforced inside the dispatch script (internal/qstore/gates.go).
+// job), dispatch rate limits (tenant settings, by job type or concurrency
+// key) and circuit breakers (tenant settings, by job type) are enforced inside the dispatch script (internal/qstore/gates.go).
 // This file brings the tenant settings in (syncSettings, tenants.go);
 // breakers.go serves the breakers and concurrency keys and publishes the
 // breakers' state changes.
@@ -25,12 +25,16 @@ func (s *Service) flowSettings(tenant string, raw []byte) (qstore.FlowSettings, 
 		s.log.Warn("ignoring a tenant's unreadable flow_control settings", "tenant", tenant, "err", err)
 		return qstore.FlowSettings{}, false
 	}
-	f := qstore.FlowSettings{RateLimits: map[string]qstore.RateLimit{}, Breakers: map[string]qstore.BreakerConfig{}}
+	f := qstore.FlowSettings{RateLimits: map[string]qstore.RateLimit{}, Breakers: map[string]qstore.BreakerConfig{},
+		KeyRateLimits: map[string]qstore.RateLimit{}}
 	for typ, rl := range fc.RateLimits {
 		f.RateLimits[typ] = qstore.RateLimit{PerSecond: rl.PerSecond, Burst: rl.Burst}
 	}
 	for typ, b := range fc.Breakers {
 		f.Breakers[typ] = qstore.BreakerConfig{Failures: b.Failures, Window: b.Window.D(), Cooldown: b.Cooldown.D()}
 	}
-	return f, len(f.RateLimits)+len(f.Breakers) > 0
+	for key, rl := range fc.KeyRateLimits {
+		f.KeyRateLimits[key] = qstore.RateLimit{PerSecond: rl.PerSecond, Burst: rl.Burst}
+	}
+	return f, !f.Empty()
 }

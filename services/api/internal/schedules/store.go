@@ -84,6 +84,20 @@ func scan(row pgx.CollectableRow) (Schedule, error) {
 	return s, err
 }
 
+// Recorder records a change of a schedule inside the transaction that
+// makes it, after the write and before the commit: before is nil when the
+// schedule is created, after when it is deleted. Its error rolls the
+// change back, so a change it cannot record is not made. nil records
+// nothing.
+type Recorder func(ctx context.Context, before, after *Schedule) error
+
+func (r Recorder) record(ctx context.Context, before, after *Schedule) error {
+	if r == nil {
+		return nil
+	}
+	return r(ctx, before, after)
+}
+
 // Store reads and writes the schedules table.
 type Store struct{ pool *pgxpool.Pool }
 
@@ -98,7 +112,7 @@ func New(ctx context.Context, pool *pgxpool.Pool) (*Store, error) {
 // Create inserts s unless its tenant already has limit schedules. Creates
 // of one tenant are serialised by an advisory lock, so concurrent ones
 // cannot overshoot the limit.
-func (st *Store) Create(ctx context.Context, s Schedule, limit int) (Schedule, error) {
+func (st *Store) Create(ctx context.Context, s Schedule, limit int, rec Recorder) (Schedule, error) {
 	var out Schedule
 	err := pgx.BeginFunc(ctx, st.pool, func(tx pgx.Tx) error {
 		var n int
@@ -118,6 +132,9 @@ func (st *Store) Create(ctx context.Context, s Schedule, limit int) (Schedule, e
 			return err
 		}
 		if out, err = pgx.CollectExactlyOneRow(rows, scan); err != nil {
+			return err
+		}
+		if err := rec.record(ctx, nil, &out); err != nil {
 			return err
 		}
 		return notify(ctx, tx)
@@ -148,7 +165,7 @@ func (st *Store) List(ctx context.Context, tenant, after string, limit int) ([]S
 }
 
 // Delete removes schedule id of tenant.
-func (st *Store) Delete(ctx context.Context, tenant, id string) (Schedule, error) {
+func (st *Store) Delete(ctx context.Context, tenant, id string, rec Recorder) (Schedule, error) {
 	var out Schedule
 	err := pgx.BeginFunc(ctx, st.pool, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, `DELETE FROM schedules WHERE tenant_id = $1 AND id = $2 RETURNING `+columns, tenant, id)
@@ -156,6 +173,9 @@ func (st *Store) Delete(ctx context.Context, tenant, id string) (Schedule, error
 			return err
 		}
 		if out, err = pgx.CollectExactlyOneRow(rows, scan); err != nil {
+			return err
+		}
+		if err := rec.record(ctx, &out, nil); err != nil {
 			return err
 		}
 		return notify(ctx, tx)
@@ -166,7 +186,7 @@ func (st *Store) Delete(ctx context.Context, tenant, id string) (Schedule, error
 // Change locks schedule id of tenant, lets fn change it and stores the
 // result, in one transaction; fn runs with the row locked, so it never
 // races a firing loop (which skips locked rows) or another change.
-func (st *Store) Change(ctx context.Context, tenant, id string, fn func(*Schedule) error) (Schedule, error) {
+func (st *Store) Change(ctx context.Context, tenant, id string, fn func(*Schedule) error, rec Recorder) (Schedule, error) {
 	var out Schedule
 	err := pgx.BeginFunc(ctx, st.pool, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, `SELECT `+columns+` FROM schedules WHERE tenant_id = $1 AND id = $2 FOR UPDATE`, tenant, id)
@@ -177,10 +197,14 @@ func (st *Store) Change(ctx context.Context, tenant, id string, fn func(*Schedul
 		if err != nil {
 			return err
 		}
+		before := s
 		if err := fn(&s); err != nil {
 			return err
 		}
 		if out, err = save(ctx, tx, s); err != nil {
+			return err
+		}
+		if err := rec.record(ctx, &before, &out); err != nil {
 			return err
 		}
 		return notify(ctx, tx)

@@ -46,7 +46,7 @@ func TestStoreCreateLimitAndTenancy(t *testing.T) {
 	for i := range 8 { // concurrent creates never overshoot the limit
 		wg.Go(func() {
 			name := fmt.Sprintf("s%d", i)
-			_, err := st.Create(ctx, row("acme", name, nil), 5)
+			_, err := st.Create(ctx, row("acme", name, nil), 5, nil)
 			errs <- result{name, err}
 		})
 	}
@@ -68,20 +68,20 @@ func TestStoreCreateLimitAndTenancy(t *testing.T) {
 		t.Fatalf("created %d, refused %d", created, tooMany)
 	}
 	// Which five won the race varies: reuse the name of one that did.
-	if _, err := st.Create(ctx, row("acme", taken, nil), 100); !errors.Is(err, ErrNameTaken) {
+	if _, err := st.Create(ctx, row("acme", taken, nil), 100, nil); !errors.Is(err, ErrNameTaken) {
 		t.Fatalf("same name: %v", err)
 	}
-	s, err := st.Create(ctx, row("globex", "s0", nil), 5) // names are per tenant
+	s, err := st.Create(ctx, row("globex", "s0", nil), 5, nil) // names are per tenant
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := st.Get(ctx, "acme", s.ID); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("another tenant's schedule: %v", err)
 	}
-	if _, err := st.Change(ctx, "acme", s.ID, func(*Schedule) error { return nil }); !errors.Is(err, ErrNotFound) {
+	if _, err := st.Change(ctx, "acme", s.ID, func(*Schedule) error { return nil }, nil); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("change another tenant's schedule: %v", err)
 	}
-	if _, err := st.Delete(ctx, "acme", s.ID); !errors.Is(err, ErrNotFound) {
+	if _, err := st.Delete(ctx, "acme", s.ID, nil); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("delete another tenant's schedule: %v", err)
 	}
 }
@@ -93,12 +93,12 @@ func TestStoreClaimSkipsLocked(t *testing.T) {
 	now := time.Now().UTC()
 	for i := range 6 {
 		due := now.Add(-time.Duration(6-i) * time.Second)
-		if _, err := st.Create(ctx, row("acme", fmt.Sprintf("s%d", i), &due), 100); err != nil {
+		if _, err := st.Create(ctx, row("acme", fmt.Sprintf("s%d", i), &due), 100, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
 	later := now.Add(time.Hour)
-	if _, err := st.Create(ctx, row("acme", "later", &later), 100); err != nil {
+	if _, err := st.Create(ctx, row("acme", "later", &later), 100, nil); err != nil {
 		t.Fatal(err)
 	}
 	holding, release := make(chan struct{}), make(chan struct{})
@@ -156,7 +156,7 @@ func TestStoreListenWakes(t *testing.T) {
 	defer func() { cancel(); <-done }()
 	deadline := time.After(20 * time.Second)
 	for { // the listener may not be listening yet: create until it wakes
-		if _, err := st.Create(ctx, row("acme", NewID(), nil), 1000); err != nil {
+		if _, err := st.Create(ctx, row("acme", NewID(), nil), 1000, nil); err != nil {
 			t.Fatal(err)
 		}
 		select {

@@ -181,17 +181,13 @@ func actorOf(ev schema.Event) string {
 		if d.Actor != "" {
 			return d.Actor
 		}
-	case schema.BreakerChanged:
-		if d.Actor != "" {
-			return d.Actor
+	case schema.Audited:
+		if a := d.AuditActor(); a != "" {
+			return a
 		}
 	}
 	return ev.Source
 }
-
-// TypeBreakerChanged is the audit type of a circuit breaker's state change
-// (flow control); its row has no job id.
-const TypeBreakerChanged = "breaker.changed"
 
 // subjectOf is what the audit log records of a record: the job (tenant,
 // job id, attempt) and the type; false for records it does not keep.
@@ -199,8 +195,8 @@ func subjectOf(d schema.Data) (schema.JobRef, string, bool) {
 	switch d := d.(type) {
 	case schema.Lifecycle:
 		return d.Ref(), string(d.EventType()), true
-	case schema.BreakerChanged:
-		return schema.JobRef{TenantID: d.TenantID}, TypeBreakerChanged, true
+	case schema.Audited:
+		return schema.JobRef{TenantID: d.Tenant()}, d.AuditType(), true
 	}
 	return schema.JobRef{}, "", false
 }

@@ -14,21 +14,24 @@ package qstore
 //	P gate:c:<tenant>:<key>:run      SET   jobs holding a slot of the key (running, or admitted)
 //	P gate:r:<tenant>:<type>         ZSET  jobs parked on a dispatch rate limit
 //	P gate:r:<tenant>:<type>:bucket  HASH  tok (tokens), at (ms of the last refill)
+//	P gate:k:<tenant>:@<key>         ZSET  jobs parked on a concurrency key's dispatch rate limit
+//	P gate:k:<tenant>:@<key>:bucket  HASH  as for a type
 //	P gate:b:<tenant>:<type>         ZSET  jobs parked on an open (or half-open) breaker
 //	P gate:bf:<tenant>:<type>        ZSET  counted failures within the breaker's window, by ms
 //	P gates:wake                     ZSET  "<kind>\n<tenant>\n<name>" → ms a gate's timer is due
 //	P gates:outbox                   ZSET  breaker transitions ("<seq> <JSON>") → ms they may be claimed
 //	P gates:evseq                    STRING sequence of the transitions
 //	P gates:tenants                  SET   tenants with flow-control settings
-//	P gates:stats                    HASH  c, r, b (jobs parked per gate kind), open (breakers not closed)
-//	P tenant:<tenant>:rates          HASH  type → "per_second burst" (dispatch rate limits)
+//	P gates:stats                    HASH  c, r, k, b (jobs parked per gate kind), open (breakers not closed)
+//	P tenant:<tenant>:rates          HASH  type, or "@" + concurrency key → "per_second burst" (dispatch rate limits)
 //	P tenant:<tenant>:brkcfg         HASH  type (or "*") → "failures window_ms cooldown_ms"
 //	P tenant:<tenant>:brk            HASH  type → "open <until_ms>" | "half <probe job id>" (not closed)
 //	P tenant:<tenant>:cfg            HASH  gains rg (has rate limits) and bg (has breakers not closed)
 //
 // Job hashes gain: ck and cl (concurrency key and limit), gk (the gate a
-// parked job waits in), gp (the gate that admitted it last), probe (1 for a
-// half-open breaker's probe). A parked job's state is "parked".
+// parked job waits in), gp (the gates that released it since it last
+// started, one letter each), probe (1 for a half-open breaker's probe). A
+// parked job's state is "parked".
 
 import (
 	"context"
@@ -51,8 +54,8 @@ var (
 	gatesSrc string
 
 	flowScript = redis.NewScript(fairSrc + gatesSrc + `
--- flow: ARGV[1] prefix, ARGV[2] now, ARGV[3] tenant, ARGV[4] n, n × (type,
--- "per_second burst"), then m, m × (type or "*", "failures window_ms
+-- flow: ARGV[1] prefix, ARGV[2] now, ARGV[3] tenant, ARGV[4] n, n × (type
+-- or "@" .. concurrency key, "per_second burst"), then m, m × (type or "*", "failures window_ms
 -- cooldown_ms"): replaces the tenant's flow-control settings. Jobs parked
 -- on a removed rate limit are released; a breaker whose configuration is
 -- gone closes.
@@ -68,7 +71,8 @@ for _ = 1, n do
   i = i + 2
 end
 for _, typ in ipairs(old) do
-  if not rates[typ] and redis.call('EXISTS', gate_pk('r', t, typ)) == 1 then gate_wake(gate_member('r', t, typ), now) end
+  local kind = gate_rate_kind(typ)
+  if not rates[typ] and redis.call('EXISTS', gate_pk(kind, t, typ)) == 1 then gate_wake(gate_member(kind, t, typ), now) end
 end
 redis.call('HSET', GP .. 'tenant:' .. t .. ':cfg', 'rg', n > 0 and 1 or 0)
 local m = tonumber(ARGV[i])
@@ -141,13 +145,23 @@ type BreakerConfig struct {
 }
 
 // FlowSettings are a tenant's flow-control settings, by job type; the
-// breaker of type "*" guards every type without its own.
+// breaker of type "*" guards every type without its own. KeyRateLimits
+// are dispatch rate limits by concurrency key.
 type FlowSettings struct {
-	RateLimits map[string]RateLimit
-	Breakers   map[string]BreakerConfig
+	RateLimits    map[string]RateLimit
+	Breakers      map[string]BreakerConfig
+	KeyRateLimits map[string]RateLimit
 }
 
-func (f FlowSettings) empty() bool { return len(f.RateLimits) == 0 && len(f.Breakers) == 0 }
+// Empty reports whether f holds no setting.
+func (f FlowSettings) Empty() bool {
+	return len(f.RateLimits) == 0 && len(f.Breakers) == 0 && len(f.KeyRateLimits) == 0
+}
+
+// keyRateName is the name of a concurrency key's rate limit among the
+// tenant's rate limits: "@" + key, which no job type (starting with a
+// letter) can be.
+func keyRateName(key string) string { return "@" + key }
 
 // SetFlowControl replaces the flow-control settings of every tenant in ts,
 // and clears them for the tenants that had some and are not in ts, in one
@@ -168,7 +182,7 @@ func (s *Store) SetFlowControl(ctx context.Context, now time.Time, ts map[string
 	}
 	_, err = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for t, f := range ts {
-			if f.empty() && !contains(had, t) {
+			if f.Empty() && !contains(had, t) {
 				continue
 			}
 			flowScript.EvalSha(ctx, p, nil, flowArgs(s.opts.Prefix, now, t, f)...)
@@ -191,9 +205,15 @@ func contains(xs []string, x string) bool {
 }
 
 func flowArgs(prefix string, now time.Time, tenant string, f FlowSettings) []any {
-	args := []any{prefix, now.UnixMilli(), tenant, len(f.RateLimits)}
+	args := []any{prefix, now.UnixMilli(), tenant, len(f.RateLimits) + len(f.KeyRateLimits)}
+	bucket := func(r RateLimit) string {
+		return strconv.FormatFloat(r.PerSecond, 'g', -1, 64) + " " + strconv.Itoa(max(r.Burst, 1))
+	}
 	for typ, r := range f.RateLimits {
-		args = append(args, typ, strconv.FormatFloat(r.PerSecond, 'g', -1, 64)+" "+strconv.Itoa(max(r.Burst, 1)))
+		args = append(args, typ, bucket(r))
+	}
+	for key, r := range f.KeyRateLimits {
+		args = append(args, keyRateName(key), bucket(r))
 	}
 	args = append(args, len(f.Breakers))
 	for typ, b := range f.Breakers {
@@ -405,7 +425,7 @@ type GateStats struct {
 
 // Gates reads the gate statistics.
 func (s *Store) Gates(ctx context.Context) (GateStats, error) {
-	v, err := s.rdb.HMGet(ctx, s.opts.Prefix+"gates:stats", "c", "r", "b", "open").Result()
+	v, err := s.rdb.HMGet(ctx, s.opts.Prefix+"gates:stats", "c", "r", "b", "open", "k").Result()
 	if err != nil {
 		return GateStats{}, fmt.Errorf("qstore: gate stats: %w", err)
 	}
@@ -413,35 +433,46 @@ func (s *Store) Gates(ctx context.Context) (GateStats, error) {
 		i, _ := strconv.ParseInt(str(x), 10, 64)
 		return max(i, 0)
 	}
-	return GateStats{Concurrency: n(v[0]), Rate: n(v[1]), Breaker: n(v[2]), OpenBreakers: n(v[3])}, nil
+	// Rate counts the jobs held by a type's and by a key's rate limit.
+	return GateStats{Concurrency: n(v[0]), Rate: n(v[1]) + n(v[4]), Breaker: n(v[2]), OpenBreakers: n(v[3])}, nil
 }
 
-// RateLimitState is a dispatch rate limit in effect for a tenant's job type.
+// RateLimitState is a dispatch rate limit in effect for a tenant's job type
+// (Type) or concurrency key (Key).
 type RateLimitState struct {
-	Type string
+	Type, Key string
 	RateLimit
 	// Waiting counts the jobs parked on the limit.
 	Waiting int64
 }
 
-// RateLimits returns the dispatch rate limits in effect for tenant, by type.
+// RateLimits returns the dispatch rate limits in effect for tenant: by
+// type, then by concurrency key.
 func (s *Store) RateLimits(ctx context.Context, tenant string) ([]RateLimitState, error) {
 	h, err := s.rdb.HGetAll(ctx, s.opts.Prefix+"tenant:"+tenant+":rates").Result()
 	if err != nil {
 		return nil, fmt.Errorf("qstore: rate limits: %w", err)
 	}
 	out := make([]RateLimitState, 0, len(h))
-	for typ, c := range h {
+	for name, c := range h {
 		r, b, _ := strings.Cut(c, " ")
-		st := RateLimitState{Type: typ}
+		st, kind := RateLimitState{Type: name}, "r"
+		if key, ok := strings.CutPrefix(name, keyRateName("")); ok {
+			st, kind = RateLimitState{Key: key}, "k"
+		}
 		st.PerSecond, _ = strconv.ParseFloat(r, 64)
 		st.Burst, _ = strconv.Atoi(b)
-		st.Waiting, err = s.rdb.ZCard(ctx, s.gateKey("r", tenant, typ)).Result()
+		st.Waiting, err = s.rdb.ZCard(ctx, s.gateKey(kind, tenant, name)).Result()
 		if err != nil {
 			return nil, fmt.Errorf("qstore: rate limits: %w", err)
 		}
 		out = append(out, st)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Type < out[j].Type })
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Type != out[j].Type {
+			return out[j].Type == "" || out[i].Type != "" && out[i].Type < out[j].Type
+		}
+		return out[i].Key < out[j].Key
+	})
 	return out, nil
 }

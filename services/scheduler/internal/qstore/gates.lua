@@ -55,15 +55,26 @@ local function gate_park(kind, t, name, jk, id, score, wake_ms)
   if wake_ms then gate_wake(m, wake_ms) end
 end
 
+-- gate_passed: gp (the gates a job passed, one letter each) holds kind;
+-- gate_mark adds kind to it.
+local function gate_passed(gp, kind) return gp ~= nil and gp ~= false and string.find(gp, kind, 1, true) ~= nil end
+local function gate_mark(gp, kind)
+  gp = gp or ''
+  if gate_passed(gp, kind) then return gp end
+  return gp .. kind
+end
+
 -- gate_unpark puts a parked job back in its ready sets with its old score,
--- marked as admitted by gate kind. False when it is no longer parked.
+-- marked as admitted by gate kind (added to the gates that admitted it
+-- before, so a job behind two rate limits takes one token of each). False
+-- when it is no longer parked.
 local function gate_unpark(kind, id, score)
   local jk = GP .. 'job:' .. id
-  local f = redis.call('HMGET', jk, 'state', 'queue')
+  local f = redis.call('HMGET', jk, 'state', 'queue', 'gp')
   if f[1] ~= 'parked' then return false end
   redis.call('HINCRBY', GP .. 'gates:stats', kind, -1)
   redis.call('ZADD', GP .. 'q:' .. f[2] .. ':ready', score, id)
-  redis.call('HSET', jk, 'state', 'ready', 'gk', '', 'gp', kind)
+  redis.call('HSET', jk, 'state', 'ready', 'gk', '', 'gp', gate_mark(f[3], kind))
   fair_ready(jk, id, score)
   return true
 end
@@ -110,13 +121,21 @@ local function gate_conc_admit(t, key, lim, jk, id, score)
   return false
 end
 
--- Dispatch rate limits (token bucket per tenant and job type) --------------
+-- Dispatch rate limits (token bucket per tenant and job type, kind r, or
+-- per tenant and concurrency key, kind k, named "@" .. key) ----------------
 
--- gate_bucket is the refilled bucket of (t, typ) under cfg "rate burst".
-local function gate_bucket(t, typ, cfg, now)
+-- gate_rate_kind is the gate kind of rate limit name (a type or "@" .. key).
+local function gate_rate_kind(name)
+  if string.sub(name, 1, 1) == '@' then return 'k' end
+  return 'r'
+end
+
+-- gate_bucket is the refilled bucket of rate limit (t, name) under cfg
+-- "rate burst".
+local function gate_bucket(kind, t, name, cfg, now)
   local sp = string.find(cfg, ' ', 1, true)
   local rate, burst = tonumber(string.sub(cfg, 1, sp - 1)), tonumber(string.sub(cfg, sp + 1))
-  local bk = gate_pk('r', t, typ) .. ':bucket'
+  local bk = gate_pk(kind, t, name) .. ':bucket'
   local b = redis.call('HMGET', bk, 'tok', 'at')
   local tok, at = tonumber(b[1]), tonumber(b[2])
   if not tok then tok, at = burst, now end
@@ -127,31 +146,31 @@ end
 -- gate_refill_ms is when the bucket holds a whole token again.
 local function gate_refill_ms(tok, rate, now) return now + math.max(math.ceil((1 - tok) * 1000 / rate), 1) end
 
-local function gate_rate_admit(t, typ, cfg, jk, id, score, gp, now)
-  if gp == 'r' then return true end -- its token was taken when it was released
-  local tok, rate, bk = gate_bucket(t, typ, cfg, now)
-  if tok >= 1 and redis.call('EXISTS', gate_pk('r', t, typ)) == 0 then
+local function gate_rate_admit(kind, t, name, cfg, jk, id, score, gp, now)
+  if gate_passed(gp, kind) then return true end -- its token was taken when it was released
+  local tok, rate, bk = gate_bucket(kind, t, name, cfg, now)
+  if tok >= 1 and redis.call('EXISTS', gate_pk(kind, t, name)) == 0 then
     redis.call('HSET', bk, 'tok', tok - 1, 'at', now)
     return true
   end
   redis.call('HSET', bk, 'tok', tok, 'at', now)
-  gate_park('r', t, typ, jk, id, score, gate_refill_ms(tok, rate, now))
+  gate_park(kind, t, name, jk, id, score, gate_refill_ms(tok, rate, now))
   return false
 end
 
 -- gate_rate_wake releases as many parked jobs as the bucket holds tokens.
-local function gate_rate_wake(t, typ, now)
-  local m = gate_member('r', t, typ)
-  local cfg = redis.call('HGET', GP .. 'tenant:' .. t .. ':rates', typ)
+local function gate_rate_wake(kind, t, name, now)
+  local m = gate_member(kind, t, name)
+  local cfg = redis.call('HGET', GP .. 'tenant:' .. t .. ':rates', name)
   local n = GATE_CHUNK
   local tok, rate, bk
   if cfg then
-    tok, rate, bk = gate_bucket(t, typ, cfg, now)
+    tok, rate, bk = gate_bucket(kind, t, name, cfg, now)
     n = math.min(math.floor(tok), GATE_CHUNK)
   end
-  local done = gate_release('r', t, typ, n, nil)
+  local done = gate_release(kind, t, name, n, nil)
   if cfg then redis.call('HSET', bk, 'tok', tok - done, 'at', now) end
-  if redis.call('EXISTS', gate_pk('r', t, typ)) == 0 then
+  if redis.call('EXISTS', gate_pk(kind, t, name)) == 0 then
     redis.call('ZREM', GP .. 'gates:wake', m)
   elseif cfg then
     redis.call('ZADD', GP .. 'gates:wake', gate_refill_ms(tok - done, rate, now), m)
@@ -202,7 +221,7 @@ local function gate_brk_admit(t, typ, st, jk, id, score, gp, now, states)
     return true
   end
   if arg == id then return true end
-  if arg == '' and (gp == 'b' or redis.call('EXISTS', gate_pk('b', t, typ)) == 0) then
+  if arg == '' and (gate_passed(gp, 'b') or redis.call('EXISTS', gate_pk('b', t, typ)) == 0) then
     gate_brk_set(t, typ, 'half ' .. id)
     states[typ] = 'half ' .. id
     redis.call('HSET', jk, 'probe', 1)
@@ -325,8 +344,8 @@ end
 local function gate_wakeups(now)
   for _, m in ipairs(redis.call('ZRANGEBYSCORE', GP .. 'gates:wake', '-inf', now, 'LIMIT', 0, 100)) do
     local kind, t, name = gate_split(m)
-    if kind == 'r' then
-      gate_rate_wake(t, name, now)
+    if kind == 'r' or kind == 'k' then
+      gate_rate_wake(kind, t, name, now)
     elseif kind == 'b' then
       gate_brk_wake(t, name, now)
     else
@@ -360,25 +379,37 @@ local function gate_tenant(t, rg, bg)
   return g
 end
 
+-- gate_held: a later gate parked a job that passed rate limits on its way
+-- (their tokens taken): they join its gp, so it takes no second token of
+-- them when released. Returns false (not admitted).
+local function gate_held(jk, gp, passed)
+  if passed ~= (gp or '') then redis.call('HSET', jk, 'gp', passed) end
+  return false
+end
+
 -- gate_admit decides whether a popped ready job may start now; if not it
 -- is parked. g is gate_tenant's answer for the job's tenant; f the job's
 -- type, ck, cl and gp fields; score its ready score. Jobs without
 -- concurrency key, of a type without rate limit or open breaker, cost
--- nothing here.
+-- nothing here. A key's rate limit comes after the key's slot, so a job
+-- waiting for a token holds its slot rather than a token it cannot use.
 local function gate_admit(g, t, jk, id, score, typ, ck, cl, gp, now)
   typ = typ or ''
-  local gated = false
+  local gated, passed = false, gp or ''
   if g.brk and g.brk[typ] then
     gated = true
     if not gate_brk_admit(t, typ, g.brk[typ], jk, id, score, gp, now, g.brk) then return false end
   end
   if g.rates and g.rates[typ] then
     gated = true
-    if not gate_rate_admit(t, typ, g.rates[typ], jk, id, score, gp, now) then return false end
+    if not gate_rate_admit('r', t, typ, g.rates[typ], jk, id, score, passed, now) then return false end
+    passed = gate_mark(passed, 'r')
   end
   if ck and ck ~= '' then
     gated = true
-    if not gate_conc_admit(t, ck, tonumber(cl) or 1, jk, id, score) then return false end
+    if not gate_conc_admit(t, ck, tonumber(cl) or 1, jk, id, score) then return gate_held(jk, gp, passed) end
+    local kr = g.rates and g.rates['@' .. ck]
+    if kr and not gate_rate_admit('k', t, '@' .. ck, kr, jk, id, score, passed, now) then return gate_held(jk, gp, passed) end
   end
   if gated and gp and gp ~= '' then redis.call('HSET', jk, 'gp', '') end
   return true
