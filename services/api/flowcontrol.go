@@ -4,12 +4,11 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"regexp"
 	"time"
 
 	"github.com/ferryhq/ferry/events/schema"
 	"github.com/ferryhq/ferry/platform/auth"
-	"github.com/ferryhq/ferry/services/api/internal/submit"
+	"github.com/ferryhq/ferry/platform/jobs"
 )
 
 // A tenant's flow control (docs/flow-control.md): dispatch rate limits and
@@ -52,8 +51,6 @@ const (
 	maxBreakerWindow       = 24 * time.Hour
 )
 
-// flowTypePattern is a job type (the api's rule) or "*" (breakers only).
-var flowTypePattern = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_.:/-]{0,127}$`)
 
 // apply validates the flow control (when set) and folds it into st,
 // filling the breakers' defaults.
@@ -71,15 +68,15 @@ func (o optFlowControl) apply(st *auth.Settings, bad map[string]string) {
 		bad["flow_control"] = fmt.Sprintf("at most %d entries each in rate_limits, breakers and key_rate_limits", maxFlowTypes)
 	}
 	for typ, rl := range fc.RateLimits {
-		checkDispatchRate("flow_control.rate_limits."+typ, flowTypePattern.MatchString(typ), "is not a job type", rl, bad)
+		checkDispatchRate("flow_control.rate_limits."+typ, jobs.ValidType(typ), "is not a job type", rl, bad)
 	}
 	for key, rl := range fc.KeyRateLimits {
-		checkDispatchRate("flow_control.key_rate_limits."+key, submit.ConcurrencyKeyPattern.MatchString(key),
+		checkDispatchRate("flow_control.key_rate_limits."+key, jobs.ValidConcurrencyKey(key),
 			"is not a concurrency key (1 to 128 letters, digits, '_', '.', ':', '@', '/', '+', '=' or '-', starting with a letter or digit)", rl, bad)
 	}
 	for typ, b := range fc.Breakers {
 		field := "flow_control.breakers." + typ
-		if typ != "*" && !flowTypePattern.MatchString(typ) {
+		if typ != "*" && !jobs.ValidType(typ) {
 			bad[field] = `is not a job type nor "*"`
 			continue
 		}
