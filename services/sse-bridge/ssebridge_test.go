@@ -52,7 +52,7 @@ func setup(t *testing.T, cfg Config, listen func(net.Listener) net.Listener) *bu
 		cfg.JobGrace = 3 * time.Second
 	}
 	var err error
-	b.svc, err = New(b.deps, cfg)
+	b.svc, err = New(t.Context(), b.deps, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
