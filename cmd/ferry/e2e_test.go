@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-
 	"github.com/ferryhq/ferry/cmd/ferry/internal/stack"
 	"github.com/ferryhq/ferry/events/schema"
 	"github.com/ferryhq/ferry/platform/auth"
