@@ -119,7 +119,7 @@ func maintainAs(t *testing.T, roleURL string) string {
 		t.Fatal(err)
 	}
 	defer deps.Close()
-	svc, err := audit.New(deps, audit.Config{})
+	svc, err := audit.New(t.Context(), deps, audit.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/ferryhq/ferry/events/schema"
 	"github.com/ferryhq/ferry/platform/devstack"
+	"github.com/ferryhq/ferry/platform/testenv"
 )
 
 // devProcess is a `ferry dev` child process and what its ready file said.
@@ -284,18 +285,8 @@ func checkReadyFiles(t *testing.T, dev *devProcess, dataDir string) {
 	}
 }
 
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	defer cancel()
-	for !cond() {
-		select {
-		case <-ctx.Done():
-			t.Fatalf("timed out waiting for %s", what)
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-}
+// waitFor is testenv.WaitFor under the short name these tests use.
+var waitFor = testenv.WaitFor
 
 func readFile(dir, name string) string {
 	b, _ := os.ReadFile(filepath.Join(dir, name))

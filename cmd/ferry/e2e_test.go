@@ -11,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kgo"
-
 	"github.com/ferryhq/ferry/cmd/ferry/internal/stack"
 	"github.com/ferryhq/ferry/events/schema"
 	"github.com/ferryhq/ferry/platform/auth"
@@ -125,59 +123,13 @@ func (e *e2e) waitStatus(id, status string, d time.Duration) map[string]any {
 	return last
 }
 
-// recorder reads topics from the start, keeping every decoded event.
-type recorder struct {
-	mu     sync.Mutex
-	events []schema.Event
-}
+// recorder is the shared Kafka event recorder (testenv.Recorder).
+type recorder = testenv.Recorder
 
+// record reads topics from the start, keeping every decoded event.
 func (e *e2e) record(topics ...string) *recorder {
 	e.t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(e.brokers), kgo.ConsumeTopics(topics...),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(100*time.Millisecond),
-		kgo.MetadataMinAge(100*time.Millisecond))
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	r := &recorder{}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for ctx.Err() == nil {
-			fs := cl.PollFetches(ctx)
-			fs.EachRecord(func(rec *kgo.Record) {
-				ev, err := schema.Decode(rec)
-				if err != nil {
-					return
-				}
-				r.mu.Lock()
-				r.events = append(r.events, ev)
-				r.mu.Unlock()
-			})
-		}
-	}()
-	e.t.Cleanup(func() { cancel(); <-done; cl.Close() })
-	return r
-}
-
-// count returns how many recorded events match.
-func (r *recorder) count(match func(schema.Event) bool) int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	n := 0
-	for _, ev := range r.events {
-		if match(ev) {
-			n++
-		}
-	}
-	return n
-}
-
-func (r *recorder) snapshot() []schema.Event {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return append([]schema.Event(nil), r.events...)
+	return testenv.Record(e.t, []string{e.brokers}, topics...)
 }
 
 func parseTime(t *testing.T, v any) time.Time {
@@ -236,11 +188,11 @@ func TestPipelineBatchExactlyOnce(t *testing.T) {
 		t.Fatalf("batch answered %d distinct ids", len(ids))
 	}
 	waitFor(t, 60*time.Second, "1,000 completions", func() bool {
-		return completed.count(func(ev schema.Event) bool { return ids[ev.Subject] }) >= 1000
+		return completed.Count(func(ev schema.Event) bool { return ids[ev.Subject] }) >= 1000
 	})
 	time.Sleep(500 * time.Millisecond) // let any duplicate show up
 	per := map[string]int{}
-	for _, ev := range completed.snapshot() {
+	for _, ev := range completed.Events() {
 		per[ev.Subject]++
 	}
 	for id := range ids {
@@ -272,16 +224,16 @@ func TestPipelinePriority(t *testing.T) {
 		low[it.(map[string]any)["id"].(string)] = true
 	}
 	waitFor(t, 20*time.Second, "backlog running", func() bool {
-		return started.count(func(ev schema.Event) bool { return low[ev.Subject] }) >= 8
+		return started.Count(func(ev schema.Event) bool { return low[ev.Subject] }) >= 8
 	})
 	urgent := map[string]bool{}
 	for range 3 {
 		urgent[e.submit(map[string]any{"type": "noop", "priority": 0})] = true
 	}
 	waitFor(t, 20*time.Second, "urgent jobs started", func() bool {
-		return started.count(func(ev schema.Event) bool { return urgent[ev.Subject] }) == 3
+		return started.Count(func(ev schema.Event) bool { return urgent[ev.Subject] }) == 3
 	})
-	lowStarted := started.count(func(ev schema.Event) bool { return low[ev.Subject] })
+	lowStarted := started.Count(func(ev schema.Event) bool { return low[ev.Subject] })
 	if lowStarted >= 150 {
 		t.Fatalf("urgent jobs started only after %d of 200 backlog jobs", lowStarted)
 	}
@@ -327,7 +279,7 @@ func TestPipelineCancel(t *testing.T) {
 		t.Fatalf("running job: %v", j)
 	}
 	time.Sleep(4 * time.Second) // past the delayed job's run_at
-	if n := started.count(func(ev schema.Event) bool { return ev.Subject == queued }); n != 0 {
+	if n := started.Count(func(ev schema.Event) bool { return ev.Subject == queued }); n != 0 {
 		t.Fatalf("cancelled delayed job started %d times", n)
 	}
 	if got := e.job(queued)["status"]; got != "cancelled" {
@@ -413,10 +365,10 @@ func TestPipelineTwoSchedulers(t *testing.T) {
 		}
 	}
 	isCompleted := func(ev schema.Event) bool { _, ok := ev.Data.(schema.Completed); return ok && ids[ev.Subject] }
-	waitFor(t, 60*time.Second, "1,000 completions", func() bool { return rec.count(isCompleted) >= 1000 })
+	waitFor(t, 60*time.Second, "1,000 completions", func() bool { return rec.Count(isCompleted) >= 1000 })
 	time.Sleep(500 * time.Millisecond)
 	dispatches := map[string]int{}
-	for _, ev := range rec.snapshot() {
+	for _, ev := range rec.Events() {
 		if _, ok := ev.Data.(schema.Dispatch); ok && ids[ev.Subject] {
 			dispatches[ev.Subject]++
 		}
@@ -426,7 +378,7 @@ func TestPipelineTwoSchedulers(t *testing.T) {
 			t.Errorf("job %s dispatched %d times", id, dispatches[id])
 		}
 	}
-	if n := rec.count(isCompleted); n != 1000 {
+	if n := rec.Count(isCompleted); n != 1000 {
 		t.Errorf("%d completions for 1,000 jobs", n)
 	}
 }

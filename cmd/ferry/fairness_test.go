@@ -45,7 +45,7 @@ type jobRun struct {
 
 func runs(r *recorder) []jobRun {
 	var out []jobRun
-	for _, ev := range r.snapshot() {
+	for _, ev := range r.Events() {
 		if c, ok := ev.Data.(schema.Completed); ok {
 			out = append(out, jobRun{c.TenantID, c.StartedAt, c.FinishedAt})
 		}

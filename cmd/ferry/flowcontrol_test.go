@@ -135,10 +135,8 @@ func dispatchTimes(r *recorder, tenant, typ string) []time.Time {
 
 // dispatchTimesOf are the dispatch times of the dispatches that match.
 func dispatchTimesOf(r *recorder, match func(schema.Dispatch) bool) []time.Time {
-	r.mu.Lock()
-	defer r.mu.Unlock()
 	var out []time.Time
-	for _, ev := range r.events {
+	for _, ev := range r.Events() {
 		if d, ok := ev.Data.(schema.Dispatch); ok && match(d) {
 			out = append(out, d.LeaseUntil)
 		}
@@ -257,7 +255,7 @@ func flowBreaker(t *testing.T, e *e2e, rec *recorder) {
 	if st := breaker()["state"]; st != schema.BreakerClosed {
 		t.Errorf("breaker %v after recovery, want closed", st)
 	}
-	if d := rec.count(func(ev schema.Event) bool { _, ok := ev.Data.(schema.DeadLettered); return ok && ev.Tenant == "brk" }); d != 0 {
+	if d := rec.Count(func(ev schema.Event) bool { _, ok := ev.Data.(schema.DeadLettered); return ok && ev.Tenant == "brk" }); d != 0 {
 		t.Errorf("%d jobs dead-lettered", d)
 	}
 	var path []string
@@ -290,10 +288,8 @@ func flowBreaker(t *testing.T, e *e2e, rec *recorder) {
 
 // breakerPath lists tenant's breaker transitions as "from>to".
 func breakerPath(r *recorder, tenant string) []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
 	var out []string
-	for _, ev := range r.events {
+	for _, ev := range r.Events() {
 		if c, ok := ev.Data.(schema.BreakerChanged); ok && c.TenantID == tenant {
 			out = append(out, c.From+">"+c.To)
 		}

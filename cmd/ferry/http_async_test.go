@@ -230,7 +230,7 @@ func TestAsyncFencing(t *testing.T) {
 	if second.at.Before(failedAt.Add(3 * time.Second)) {
 		t.Fatalf("attempt 2 sent %s after the fail, before its retry_after of 3s", second.at.Sub(failedAt))
 	}
-	if n := rec.count(func(ev schema.Event) bool {
+	if n := rec.Count(func(ev schema.Event) bool {
 		f, ok := ev.Data.(schema.Failed)
 		return ok && f.JobID == id && f.Attempt == 1 && f.Error.Class == schema.ClassRetryable && f.RetryAfter.D() == 3*time.Second && f.WorkerID == "callback"
 	}); n != 1 {
@@ -286,7 +286,7 @@ func TestAsyncMissedLease(t *testing.T) {
 	if res, _ := job["result"].(map[string]any); job["attempt"] != float64(1) || res["status"] != float64(200) {
 		t.Fatalf("job %v", job)
 	}
-	if n := rec.count(func(ev schema.Event) bool { f, ok := ev.Data.(schema.Failed); return ok && f.JobID == id }); n != 0 {
+	if n := rec.Count(func(ev schema.Event) bool { f, ok := ev.Data.(schema.Failed); return ok && f.JobID == id }); n != 0 {
 		t.Fatalf("%d failed events: a lost lease is re-dispatched without one", n)
 	}
 }

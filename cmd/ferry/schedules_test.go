@@ -23,7 +23,7 @@ func firingAPI(t *testing.T, e *e2e, grace time.Duration) (stop func()) {
 	t.Helper()
 	cfg := api.LoadConfig(e.loader)
 	cfg.ScheduleFiring, cfg.ScheduleGrace = true, grace
-	svc, err := api.New(e.stack.Deps, cfg)
+	svc, err := api.New(t.Context(), e.stack.Deps, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +64,7 @@ type fire struct {
 func fires(rec *recorder, id string) ([]fire, map[string]int) {
 	var out []fire
 	perJob := map[string]int{}
-	for _, ev := range rec.snapshot() {
+	for _, ev := range rec.Events() {
 		e, ok := ev.Data.(schema.Enqueued)
 		if !ok || e.ScheduleID != id {
 			continue

@@ -343,3 +343,52 @@ func (c *TenantCache) Get(ctx context.Context, id string) (Tenant, bool, error) 
 	c.mu.Unlock()
 	return t, found, nil
 }
+
+// DispatchSettings are what the scheduler applies to a tenant's jobs at
+// dispatch: its fair-share weight, max_running and flow control. They are
+// read for every tenant at once (the scheduler copies them into Redis), so
+// this package, which owns the tenants table and the JSON of its settings,
+// is the only code that knows where each one is kept.
+type DispatchSettings struct {
+	TenantID   string
+	Weight     int
+	MaxRunning int
+	// FlowControl is nil when the tenant has none, or when its stored
+	// flow_control could not be read (FlowControlErr says why).
+	FlowControl *FlowControl
+	// FlowControlErr is why the tenant's flow_control could not be decoded:
+	// that tenant then dispatches without flow control, while its weight
+	// and max_running, and every other tenant's settings, still apply.
+	FlowControlErr error
+}
+
+// ListDispatchSettings returns the dispatch settings of every tenant.
+func ListDispatchSettings(ctx context.Context, pool *pgxpool.Pool) ([]DispatchSettings, error) {
+	rows, err := pool.Query(ctx, `SELECT id, weight, COALESCE((settings->>'max_running')::int, 0), settings->'flow_control' FROM tenants`)
+	if err != nil {
+		return nil, fmt.Errorf("auth: read tenants' dispatch settings: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, scanDispatchSettings)
+	if err != nil {
+		return nil, fmt.Errorf("auth: read tenants' dispatch settings: %w", err)
+	}
+	return out, nil
+}
+
+func scanDispatchSettings(row pgx.CollectableRow) (DispatchSettings, error) {
+	var d DispatchSettings
+	var raw []byte
+	if err := row.Scan(&d.TenantID, &d.Weight, &d.MaxRunning, &raw); err != nil {
+		return d, err
+	}
+	if len(raw) == 0 || string(raw) == "null" {
+		return d, nil
+	}
+	var fc FlowControl
+	if err := json.Unmarshal(raw, &fc); err != nil {
+		d.FlowControlErr = err
+		return d, nil
+	}
+	d.FlowControl = &fc
+	return d, nil
+}

@@ -3,11 +3,13 @@ package auth_test
 import (
 	"context"
 	"errors"
+	"reflect"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/ferryhq/ferry/events/schema"
 	"github.com/ferryhq/ferry/platform/auth"
 	"github.com/ferryhq/ferry/platform/pgstore"
 	"github.com/ferryhq/ferry/platform/testenv"
@@ -88,5 +90,51 @@ func TestTenantsAndKeys(t *testing.T) {
 	}
 	if _, found, err := tc.Get(ctx, "nope"); err != nil || found {
 		t.Fatalf("missing tenant: %v %v", found, err)
+	}
+}
+
+// TestListDispatchSettings: the scheduler's view of every tenant — weight,
+// max_running and flow control — comes from the settings the admin routes
+// write; a tenant whose stored flow_control cannot be read keeps its weight
+// and max_running, is reported, and does not hide the other tenants.
+func TestListDispatchSettings(t *testing.T) {
+	ctx := context.Background()
+	pool := openAuthDB(t)
+	fc := &auth.FlowControl{
+		RateLimits: map[string]auth.RateLimit{"email.send": {PerSecond: 2, Burst: 4}},
+		Breakers:   map[string]auth.Breaker{"*": {Failures: 5, Window: schema.Duration(time.Minute), Cooldown: schema.Duration(30 * time.Second)}},
+	}
+	for _, tn := range []auth.Tenant{
+		{ID: "acme", Name: "Acme", Weight: 3, Settings: auth.Settings{MaxRunning: 7, FlowControl: fc}},
+		{ID: "globex", Name: "Globex"},
+		{ID: "broken", Name: "Broken", Weight: 2, Settings: auth.Settings{MaxRunning: 1}},
+	} {
+		if _, _, _, err := auth.CreateTenant(ctx, pool, tn); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Written behind the admin routes' back: a breaker window that is no duration.
+	if _, err := pool.Exec(ctx, `UPDATE tenants SET settings = settings || '{"flow_control": {"breakers": {"*": {"failures": 1, "window": "soon"}}}}' WHERE id = 'broken'`); err != nil {
+		t.Fatal(err)
+	}
+	all, err := auth.ListDispatchSettings(ctx, pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]auth.DispatchSettings{}
+	for _, d := range all {
+		got[d.TenantID] = d
+	}
+	if a := got["acme"]; a.Weight != 3 || a.MaxRunning != 7 || a.FlowControlErr != nil || !reflect.DeepEqual(a.FlowControl, fc) {
+		t.Errorf("acme: %+v", a)
+	}
+	if g := got["globex"]; g.Weight != 1 || g.MaxRunning != 0 || g.FlowControl != nil || g.FlowControlErr != nil {
+		t.Errorf("globex: %+v", g)
+	}
+	if b := got["broken"]; b.Weight != 2 || b.MaxRunning != 1 || b.FlowControl != nil || b.FlowControlErr == nil {
+		t.Errorf("broken: %+v, want its weight and max_running with the flow_control error", b)
+	}
+	if len(all) != 3 {
+		t.Errorf("%d tenants, want 3", len(all))
 	}
 }

@@ -8,24 +8,29 @@ import (
 	"time"
 )
 
-// Common is the configuration every Ferry service shares.
+// Common is the configuration every Ferry service shares, read by
+// [LoadCommon]; each field's variable and its default are declared in
+// [Vars].
 type Common struct {
-	// HTTPAddr is where the HTTP server listens. Defaults to 127.0.0.1:8080.
+	// HTTPAddr is where the HTTP server listens (FERRY_HTTP_ADDR).
 	HTTPAddr string
 	// KafkaBrokers are the seed brokers.
 	KafkaBrokers []string
-	// TopicPrefix prefixes every topic. Defaults to "ferry.".
+	// TopicPrefix prefixes every topic (FERRY_TOPIC_PREFIX).
 	TopicPrefix string
-	// TopicPartitions is the partition count of topics Ferry creates. Defaults to 8.
+	// TopicPartitions is the partition count of topics Ferry creates
+	// (FERRY_TOPIC_PARTITIONS).
 	TopicPartitions int
-	// TopicRetention is the retention of topics Ferry creates. Defaults to 168h.
+	// TopicRetention is the retention of topics Ferry creates
+	// (FERRY_TOPIC_RETENTION).
 	TopicRetention time.Duration
-	// KafkaLinger is the producer linger. Defaults to 0.
+	// KafkaLinger is the producer linger (FERRY_KAFKA_LINGER).
 	KafkaLinger time.Duration
 	// KafkaSecurity is TLS and SASL towards the brokers.
 	KafkaSecurity KafkaSecurity
 	// TopicReplication and TopicMinInsync are the replication factor and
-	// min.insync.replicas of topics Ferry creates. Default to 3 and 2.
+	// min.insync.replicas of topics Ferry creates (FERRY_TOPIC_REPLICATION,
+	// FERRY_TOPIC_MIN_INSYNC).
 	TopicReplication int
 	TopicMinInsync   int
 	// Env is development or production (FERRY_ENV). Production refuses to
@@ -33,21 +38,22 @@ type Common struct {
 	Env string
 	// PostgresURL and RedisURL locate the stores.
 	PostgresURL string
-	// PostgresMaxConns bounds each pool. Defaults to 16.
+	// PostgresMaxConns bounds each pool (FERRY_POSTGRES_MAX_CONNS).
 	PostgresMaxConns int
 	// PostgresMigrate applies migrations at start; false only checks them
-	// (services running as a role without DDL rights). Defaults to true.
+	// (services running as a role without DDL rights; FERRY_POSTGRES_MIGRATE).
 	PostgresMigrate bool
 	RedisURL        string
 	// Redis is ACL credentials, TLS and Sentinel for Redis.
 	Redis RedisOptions
 	// AdminKey authorises operator routes; empty disables them.
 	AdminKey string
-	// OutboundAllow are CIDRs outbound HTTP may reach despite the SSRF guard.
+	// OutboundAllow are CIDRs outbound HTTP (the worker's http handler,
+	// webhooks) may reach despite the SSRF guard (FERRY_OUTBOUND_ALLOW).
 	OutboundAllow []netip.Prefix
-	// LogLevel is the minimum slog level. Defaults to info.
+	// LogLevel is the minimum slog level (FERRY_LOG_LEVEL).
 	LogLevel slog.Level
-	// ShutdownTimeout bounds a graceful stop. Defaults to 30s.
+	// ShutdownTimeout bounds a graceful stop (FERRY_SHUTDOWN_TIMEOUT).
 	ShutdownTimeout time.Duration
 	// OTLPEndpoint, when set, receives traces over OTLP/gRPC.
 	OTLPEndpoint string

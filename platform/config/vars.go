@@ -95,7 +95,7 @@ var Vars = []Var{
 
 	// scheduler.
 	{"FERRY_SCHEDULER_LEASE", "30s", "Lease a dispatched job holds; started and progress events extend it."},
-	{"FERRY_SCHEDULER_PREFETCH", "16", "Dispatches allowed beyond the pool's free slots, so workers never idle between jobs."},
+	{"FERRY_SCHEDULER_PREFETCH", "16", "Dispatches allowed beyond the pool's free slots, so workers never idle between jobs. 0: only into free slots."},
 	{"FERRY_SCHEDULER_PREFETCH_WINDOW", "100ms", "On top of the prefetch, a pool may have as many dispatches beyond its slots as it dispatched in this last window (rate × window), so the window covers the dispatch round trip; slow pools stay at the prefetch. Negative disables."},
 	{"FERRY_SCHEDULER_PREFETCH_MAX", "2048", "Bound of the rate-sized part of a pool's dispatch window (FERRY_SCHEDULER_PREFETCH_WINDOW)."},
 	{"FERRY_SCHEDULER_TICK", "5ms", "How often the scheduler promotes due delayed jobs and checks leases when nothing else wakes it."},

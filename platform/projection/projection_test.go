@@ -159,16 +159,8 @@ func (f *fixture) quarantined(st quarantine.Status) []quarantine.Record {
 	return rs
 }
 
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
+// waitFor is testenv.WaitFor under the short name these tests use.
+var waitFor = testenv.WaitFor
 
 // batch returns n key/value pairs k-000…; the pairs at bad get a NUL.
 func batch(n int, bad ...int) [][2]string {

@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"fmt"
 	"testing"
 	"time"
 )
@@ -21,4 +22,17 @@ func Eventually(t testing.TB, within time.Duration, check func() error) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// WaitFor polls cond every 50 ms until it holds, and fails t, naming what
+// it waited for, once within has passed: [Eventually] for a condition that
+// has no error of its own to report.
+func WaitFor(t testing.TB, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	Eventually(t, within, func() error {
+		if cond() {
+			return nil
+		}
+		return fmt.Errorf("timed out waiting for %s", what)
+	})
 }

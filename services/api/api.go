@@ -56,6 +56,7 @@ import (
 	"time"
 
 	"github.com/go-chi/chi/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ferryhq/ferry/platform/auth"
 	"github.com/ferryhq/ferry/platform/callback"
@@ -83,16 +84,18 @@ var openAPI []byte
 // the returned bytes.
 func OpenAPI() []byte { return append([]byte(nil), openAPI...) }
 
-// Config of the api service.
+// Config of the api service. A field read from an environment variable
+// names it; its default is the one platform/config.Vars declares (see
+// WithDefaults).
 type Config struct {
-	// IdempotencyTTL is how long Redis remembers an Idempotency-Key.
-	// Defaults to 24h.
+	// IdempotencyTTL is how long Redis remembers an Idempotency-Key
+	// (FERRY_API_IDEMPOTENCY_TTL).
 	IdempotencyTTL time.Duration
 	// IdempotencyClaimTTL is the lease of an Idempotency-Key while its
 	// request is in flight: a request that dies holding it makes retries
 	// answer 409 for this long at most. Longer than a produce normally
-	// takes. It is also the lease of a unique key's in-flight claim.
-	// Defaults to 10s.
+	// takes. It is also the lease of a unique key's in-flight claim
+	// (FERRY_API_IDEMPOTENCY_CLAIM_TTL).
 	IdempotencyClaimTTL time.Duration
 	// TestPauseAt makes keyed submissions wait at a point of the
 	// idempotency flow ("claimed": after the claim, before the produce;
@@ -103,15 +106,16 @@ type Config struct {
 	// SubmittedTTL is how long a just-submitted job is cached in Redis for
 	// reads that beat the projection. Defaults to 2m.
 	SubmittedTTL time.Duration
-	// MaxPayloadBytes bounds a job's payload. Defaults to 262144.
+	// MaxPayloadBytes bounds a job's payload (FERRY_API_MAX_PAYLOAD_BYTES).
 	MaxPayloadBytes int
 	// MaxDelay bounds how far ahead a job's run_at, delay or retry backoff
-	// may reach. Defaults to 144h (6 days); it must stay below the topics'
+	// may reach (FERRY_API_MAX_DELAY); it must stay below the topics'
 	// retention (FERRY_TOPIC_RETENTION): after losing Redis the scheduler
 	// rebuilds delayed jobs only from what Kafka still holds.
 	MaxDelay time.Duration
 	// MaxAttemptsByType is the default max_attempts per job type, for jobs
-	// that do not set their own. Defaults to none (5 for every type).
+	// that do not set their own (FERRY_API_MAX_ATTEMPTS_TYPES). Defaults to
+	// none (5 for every type).
 	MaxAttemptsByType map[string]int
 	// MaxBatchBytes bounds the body of POST /v1/jobs/batch. Defaults to 32 MiB.
 	MaxBatchBytes int64
@@ -126,15 +130,15 @@ type Config struct {
 	// max_queued) and live queues (for max_queues) are cached. Defaults to 1s.
 	CountsCacheTTL time.Duration
 	// DefaultMaxQueued is max_queued for tenants without their own: a
-	// tenant's jobs waiting to run, each held in Redis until it runs.
-	// Defaults to 100000.
+	// tenant's jobs waiting to run, each held in Redis until it runs
+	// (FERRY_API_DEFAULT_MAX_QUEUED).
 	DefaultMaxQueued int
 	// DefaultMaxQueues is max_queues for tenants without their own: the
 	// distinct queues with unfinished jobs a tenant may have, each a set the
-	// scheduler visits on every dispatch step. Defaults to 100.
+	// scheduler visits on every dispatch step (FERRY_API_DEFAULT_MAX_QUEUES).
 	DefaultMaxQueues int
 	// JobRetention is how long a finished job (succeeded, dead, cancelled)
-	// stays in the status projection. Defaults to 720h.
+	// stays in the status projection (FERRY_JOB_RETENTION).
 	JobRetention time.Duration
 	// RetentionInterval is how often finished jobs past JobRetention are
 	// deleted. Defaults to 1m.
@@ -147,26 +151,27 @@ type Config struct {
 	// sets it to FERRY_DATA_DIR/secret-key.
 	SecretKeyFile string
 	// SigningSecretGrace is how long a rotated-out http signing secret keeps
-	// signing beside the new one. Defaults to 24h.
+	// signing beside the new one (FERRY_HTTP_SIGNING_SECRET_GRACE).
 	SigningSecretGrace time.Duration
 	// ScheduleFiring runs the schedules firing loop in this replica
-	// (FERRY_SCHEDULES_FIRING). LoadConfig defaults it to true.
+	// (FERRY_SCHEDULES_FIRING, default true). A bool has no "unset": the
+	// zero Config, as tests build it, does not fire.
 	ScheduleFiring bool
 	// ScheduleGrace is how late a schedule's latest fire time may be and
-	// still fire under catch-up skip. Defaults to 5s.
+	// still fire under catch-up skip (FERRY_SCHEDULES_MISFIRE_GRACE).
 	ScheduleGrace time.Duration
 	// ScheduleIdle bounds how long the firing loop sleeps without a due
 	// schedule (a safety net should a change notification be lost).
 	// Defaults to 10s.
 	ScheduleIdle time.Duration
-	// MaxSchedules is how many schedules a tenant may have. Defaults to 100.
+	// MaxSchedules is how many schedules a tenant may have
+	// (FERRY_SCHEDULES_MAX_PER_TENANT).
 	MaxSchedules int
 	// UnknownTypes is accept or reject (FERRY_API_UNKNOWN_TYPES): reject
 	// refuses job types no worker announced within KnownTypesWindow.
-	// Defaults to accept.
 	UnknownTypes string
 	// KnownTypesWindow is how long a type stays known after a worker
-	// announced it. Defaults to 10m.
+	// announced it (FERRY_API_KNOWN_TYPES_WINDOW).
 	KnownTypesWindow time.Duration
 	// Now is the clock. Defaults to time.Now.
 	Now func() time.Time
@@ -177,28 +182,32 @@ type Config struct {
 	Console console.Config
 }
 
-// WithDefaults returns c with zero fields set to their defaults.
+// WithDefaults returns c with zero fields set to their defaults: a setting
+// read from an environment variable takes the default platform/config.Vars
+// declares for it (the one table of defaults, documented in
+// docs/configuration.md), the others the default written here.
 func (c Config) WithDefaults() Config {
-	config.Default(&c.IdempotencyTTL, 24*time.Hour)
-	config.Default(&c.IdempotencyClaimTTL, 10*time.Second)
+	config.DefaultVar(&c.IdempotencyTTL, "FERRY_API_IDEMPOTENCY_TTL")
+	config.DefaultVar(&c.IdempotencyClaimTTL, "FERRY_API_IDEMPOTENCY_CLAIM_TTL")
+	config.DefaultVar(&c.MaxPayloadBytes, "FERRY_API_MAX_PAYLOAD_BYTES")
+	config.DefaultVar(&c.MaxDelay, "FERRY_API_MAX_DELAY")
+	config.DefaultVar(&c.DefaultMaxQueued, "FERRY_API_DEFAULT_MAX_QUEUED")
+	config.DefaultVar(&c.DefaultMaxQueues, "FERRY_API_DEFAULT_MAX_QUEUES")
+	config.DefaultVar(&c.JobRetention, "FERRY_JOB_RETENTION")
+	config.DefaultVar(&c.SigningSecretGrace, "FERRY_HTTP_SIGNING_SECRET_GRACE")
+	config.DefaultVar(&c.ScheduleGrace, "FERRY_SCHEDULES_MISFIRE_GRACE")
+	config.DefaultVar(&c.MaxSchedules, "FERRY_SCHEDULES_MAX_PER_TENANT")
+	config.DefaultVar(&c.UnknownTypes, "FERRY_API_UNKNOWN_TYPES")
+	config.DefaultVar(&c.KnownTypesWindow, "FERRY_API_KNOWN_TYPES_WINDOW")
 	config.Default(&c.SubmittedTTL, 2*time.Minute)
-	config.Default(&c.MaxPayloadBytes, 262144)
-	config.Default(&c.MaxDelay, 144*time.Hour)
 	config.Default(&c.MaxBatchBytes, 32<<20)
 	config.Default(&c.MaxBatchJobs, 1000)
 	config.Default(&c.ProjectionBatch, 2000)
 	config.Default(&c.TenantCacheTTL, time.Second)
 	config.Default(&c.CountsCacheTTL, time.Second)
-	config.Default(&c.DefaultMaxQueued, 100_000)
-	config.Default(&c.DefaultMaxQueues, 100)
-	config.Default(&c.JobRetention, 720*time.Hour)
 	config.Default(&c.RetentionInterval, time.Minute)
-	config.Default(&c.SigningSecretGrace, 24*time.Hour)
-	config.Default(&c.ScheduleGrace, 5*time.Second)
 	config.Default(&c.ScheduleIdle, 10*time.Second)
-	config.Default(&c.MaxSchedules, 100)
-	config.Default(&c.UnknownTypes, unknownTypesAccept)
-	config.Default(&c.KnownTypesWindow, 10*time.Minute)
+	c.Console = c.Console.WithDefaults()
 	if c.Now == nil {
 		c.Now = time.Now
 	}
@@ -207,7 +216,7 @@ func (c Config) WithDefaults() Config {
 
 // Validate reports settings that cannot work.
 func (c Config) Validate() error {
-	errs := []error{c.loadErr, c.Console.WithDefaults().Validate()}
+	errs := []error{c.loadErr, c.Console.Validate()}
 	if len(c.SecretKey) != 0 && len(c.SecretKey) != secretbox.KeySize {
 		errs = append(errs, fmt.Errorf("FERRY_SECRET_KEY must be %d bytes", secretbox.KeySize))
 	}
@@ -224,7 +233,7 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("FERRY_API_TEST_PAUSE_AT must be empty, %q or %q", pauseClaimed, pauseProduced))
 	}
 	if c.SubmittedTTL <= 0 {
-		errs = append(errs, errors.New("api: SubmittedTTL must be positive"))
+		errs = append(errs, errors.New("api: SubmittedTTL must be > 0"))
 	}
 	if c.MaxPayloadBytes < 1 {
 		errs = append(errs, errors.New("FERRY_API_MAX_PAYLOAD_BYTES must be positive"))
@@ -233,7 +242,7 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("FERRY_API_MAX_DELAY must be between 1s and %s", jobs.MaxAhead))
 	}
 	if c.MaxBatchBytes < int64(c.MaxPayloadBytes) {
-		errs = append(errs, errors.New("api: MaxBatchBytes must be at least MaxPayloadBytes"))
+		errs = append(errs, errors.New("api: MaxBatchBytes must be at least FERRY_API_MAX_PAYLOAD_BYTES"))
 	}
 	for typ, n := range c.MaxAttemptsByType {
 		if n < 1 || n > jobs.MaxMaxAttempts {
@@ -317,7 +326,7 @@ var Needs = service.Needs{Postgres: true, Redis: true, Kafka: true}
 
 // Build is the api's service.Builder.
 func Build(ctx context.Context, deps *service.Deps, l *config.Loader) (service.Component, error) {
-	return New(deps, LoadConfig(l))
+	return New(ctx, deps, LoadConfig(l))
 }
 
 // Service is the api service.
@@ -347,8 +356,8 @@ type Service struct {
 var _ service.Component = (*Service)(nil)
 
 // New returns the api over deps (which must hold Postgres, Redis and
-// Kafka), applying its migrations.
-func New(deps *service.Deps, cfg Config) (*Service, error) {
+// Kafka), applying its migrations with ctx.
+func New(ctx context.Context, deps *service.Deps, cfg Config) (*Service, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -360,7 +369,7 @@ func New(deps *service.Deps, cfg Config) (*Service, error) {
 		return nil, err
 	}
 	log := deps.Log("api")
-	if err := store.Migrate(context.Background(), deps.Postgres); err != nil {
+	if err := migrate(ctx, deps.Postgres); err != nil {
 		return nil, fmt.Errorf("api: %w", err)
 	}
 	st := store.New(deps.Postgres, log)
@@ -378,13 +387,27 @@ func New(deps *service.Deps, cfg Config) (*Service, error) {
 		workers: newWorkersTable(cfg),
 	}
 	s.commit = groupcommit.New(deps.Kafka.ProduceSync, s.cacheSubmitted, produceGroupTimeout)
-	if err := s.openSigning(context.Background()); err != nil {
+	if err := s.openSigning(ctx); err != nil {
 		return nil, err
 	}
-	if s.schedules, err = schedules.New(context.Background(), deps.Postgres); err != nil {
+	if s.schedules, err = schedules.New(ctx, deps.Postgres); err != nil {
 		return nil, fmt.Errorf("api: %w", err)
 	}
 	return s, nil
+}
+
+// migrate applies the schema migrations of the api's own tables (the
+// status projection and its companions) and of the http signing secrets
+// and async http callbacks it shares with the workers; the schedules store
+// applies its own as it opens. `ferry migrate up` applies all of them too.
+func migrate(ctx context.Context, pool *pgxpool.Pool) error {
+	if err := store.Migrate(ctx, pool); err != nil {
+		return err
+	}
+	if err := signing.Migrate(ctx, pool); err != nil {
+		return err
+	}
+	return callback.Migrate(ctx, pool)
 }
 
 // Routes registers the api's routes with their full paths.

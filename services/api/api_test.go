@@ -43,7 +43,7 @@ func setup(t *testing.T, cfg api.Config) *bundle {
 	b := &bundle{brokers: c.KafkaBrokers[0], deps: testenv.Open(t, c, api.Needs)}
 	b.rdb = b.deps.Redis
 	b.keyA, b.keyB = testenv.Tenant(t, b.deps.Postgres, "acme"), testenv.Tenant(t, b.deps.Postgres, "globex")
-	svc, err := api.New(b.deps, cfg)
+	svc, err := api.New(t.Context(), b.deps, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,20 +88,10 @@ func byKey(id string) func(*kgo.Record) bool {
 	return func(r *kgo.Record) bool { return string(r.Key) == id }
 }
 
-// eventually polls f until it returns nil.
+// eventually polls f until it returns nil (testenv.Eventually, 20s).
 func eventually(t *testing.T, f func() error) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal(err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testenv.Eventually(t, 20*time.Second, f)
 }
 
 // projected waits until the projection lists n jobs of the key's tenant.

@@ -71,7 +71,7 @@ func benchSubmit(b *testing.B, clients int) {
 	b.Cleanup(kcl.Close)
 	deps.Kafka = kcl
 	key := testenv.Tenant(b, deps.Postgres, "acme")
-	svc, err := api.New(deps, api.Config{})
+	svc, err := api.New(b.Context(), deps, api.Config{})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -82,12 +82,8 @@ func (s *Service) callbackRoutes(r chi.Router) {
 
 // openCallbacks prepares the callback routes over box (the api's
 // FERRY_SECRET_KEY box, which the workers mint tokens with).
-func (s *Service) openCallbacks(ctx context.Context, box *secretbox.Box) error {
-	if err := callback.Migrate(ctx, s.deps.Postgres); err != nil {
-		return err
-	}
+func (s *Service) openCallbacks(box *secretbox.Box) {
 	s.callbackBox, s.callbacks = box, callback.NewAttempts(s.deps.Postgres)
-	return nil
 }
 
 func (s *Service) handleCallback(a callbackAction) http.HandlerFunc {

@@ -36,7 +36,7 @@ func newFuzzEnv(t testing.TB) *fuzzEnv {
 	c := testenv.Common(t, api.Needs)
 	c.AdminKey = adminKey
 	deps := testenv.Open(t, c, api.Needs)
-	svc, err := api.New(deps, api.Config{MaxPayloadBytes: 4096})
+	svc, err := api.New(t.Context(), deps, api.Config{MaxPayloadBytes: 4096})
 	if err != nil {
 		t.Fatal(err)
 	}

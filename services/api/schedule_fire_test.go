@@ -17,7 +17,7 @@ func TestRefireMakesTheSameJob(t *testing.T) {
 	ctx := context.Background()
 	deps := testenv.Open(t, testenv.Common(t, Needs), Needs)
 	testenv.Tenant(t, deps.Postgres, "acme")
-	s, err := New(deps, Config{})
+	s, err := New(ctx, deps, Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

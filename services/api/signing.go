@@ -41,17 +41,12 @@ func (s *Service) openSigning(ctx context.Context) error {
 		s.log.Warn("api: FERRY_SECRET_KEY is not set; using a key file (fine for development, set FERRY_SECRET_KEY in production, the same as the workers')",
 			"file", s.cfg.SecretKeyFile, "created", created)
 	}
-	if err := signing.Migrate(ctx, s.deps.Postgres); err != nil {
-		return fmt.Errorf("api: %w", err)
-	}
 	sec := signing.NewSecrets(s.deps.Postgres, box)
 	if err := sec.Check(ctx); err != nil {
 		return fmt.Errorf("api: %w", err)
 	}
 	s.signing = sec
-	if err := s.openCallbacks(ctx, box); err != nil {
-		return fmt.Errorf("api: %w", err)
-	}
+	s.openCallbacks(box)
 	return nil
 }
 

@@ -88,10 +88,10 @@ func TestMaxDelayBelowRetention(t *testing.T) {
 	c := testenv.Common(t, api.Needs)
 	c.TopicRetention = 100 * time.Hour
 	deps := testenv.Open(t, c, api.Needs)
-	if _, err := api.New(deps, api.Config{}); err == nil || !strings.Contains(err.Error(), "FERRY_API_MAX_DELAY") {
+	if _, err := api.New(t.Context(), deps, api.Config{}); err == nil || !strings.Contains(err.Error(), "FERRY_API_MAX_DELAY") {
 		t.Fatalf("default max delay (144h) over a 100h retention: %v", err)
 	}
-	if _, err := api.New(deps, api.Config{MaxDelay: 72 * time.Hour}); err != nil {
+	if _, err := api.New(t.Context(), deps, api.Config{MaxDelay: 72 * time.Hour}); err != nil {
 		t.Fatalf("72h under 100h: %v", err)
 	}
 }

@@ -200,7 +200,7 @@ func TestUniqueAfterRedisLoss(t *testing.T) {
 // every other answer is that job, deduplicated.
 func TestUniqueAcrossReplicas(t *testing.T) {
 	b := setup(t, api.Config{})
-	second, err := api.New(b.deps, api.Config{})
+	second, err := api.New(t.Context(), b.deps, api.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -51,10 +51,12 @@ var Needs = service.Needs{Postgres: true, Kafka: true}
 // ProjectionGroup is the consumer group (and offsets key) of the projection.
 const ProjectionGroup = "ferry-audit"
 
-// Config of the audit service.
+// Config of the audit service. A field read from an environment variable
+// names it; its default is the one platform/config.Vars declares (see
+// WithDefaults).
 type Config struct {
 	// Retention is how long audit rows are kept: monthly partitions that
-	// end before now − Retention are dropped whole. Defaults to 8760h.
+	// end before now − Retention are dropped whole (FERRY_AUDIT_RETENTION).
 	Retention time.Duration
 	// PartitionsAhead is how many months of partitions exist beyond the
 	// current one. Defaults to 3.
@@ -76,18 +78,20 @@ type Config struct {
 	// Defaults to 5000.
 	VerifyBatch int
 	// ExportConcurrency bounds the exports one tenant runs at once per
-	// replica (FERRY_AUDIT_EXPORT_CONCURRENCY). Defaults to 2.
+	// replica (FERRY_AUDIT_EXPORT_CONCURRENCY).
 	ExportConcurrency int
 	// ExportWriteTimeout bounds how long one page of an export may take to
-	// reach a slow client (FERRY_AUDIT_EXPORT_WRITE_TIMEOUT). Defaults to 30s.
+	// reach a slow client (FERRY_AUDIT_EXPORT_WRITE_TIMEOUT).
 	ExportWriteTimeout time.Duration
 	// Now is the clock. Defaults to time.Now.
 	Now func() time.Time
 }
 
-// WithDefaults returns c with zero fields set to their defaults.
+// WithDefaults returns c with zero fields set to their defaults: a setting
+// read from an environment variable takes the default platform/config.Vars
+// declares for it, the others the default written here.
 func (c Config) WithDefaults() Config {
-	config.Default(&c.Retention, 8760*time.Hour)
+	config.DefaultVar(&c.Retention, "FERRY_AUDIT_RETENTION")
 	config.Default(&c.PartitionsAhead, 3)
 	config.Default(&c.MaintenanceInterval, 24*time.Hour)
 	config.Default(&c.ProjectionBatch, 2000)
@@ -95,8 +99,8 @@ func (c Config) WithDefaults() Config {
 	config.Default(&c.MaxPageLimit, 1000)
 	config.Default(&c.ExportBatch, 1000)
 	config.Default(&c.VerifyBatch, 5000)
-	config.Default(&c.ExportConcurrency, 2)
-	config.Default(&c.ExportWriteTimeout, 30*time.Second)
+	config.DefaultVar(&c.ExportConcurrency, "FERRY_AUDIT_EXPORT_CONCURRENCY")
+	config.DefaultVar(&c.ExportWriteTimeout, "FERRY_AUDIT_EXPORT_WRITE_TIMEOUT")
 	if c.Now == nil {
 		c.Now = time.Now
 	}
@@ -110,10 +114,10 @@ func (c Config) Validate() error {
 		errs = append(errs, errors.New("FERRY_AUDIT_RETENTION must be at least 24h"))
 	}
 	if c.PartitionsAhead < 1 || c.PartitionsAhead > 24 {
-		errs = append(errs, errors.New("audit: PartitionsAhead must be between 1 and 24"))
+		errs = append(errs, fmt.Errorf("audit: PartitionsAhead=%d must be between 1 and 24", c.PartitionsAhead))
 	}
 	if c.MaintenanceInterval < time.Minute {
-		errs = append(errs, errors.New("audit: MaintenanceInterval must be at least 1m"))
+		errs = append(errs, fmt.Errorf("audit: MaintenanceInterval=%v must be at least 1m", c.MaintenanceInterval))
 	}
 	if c.ProjectionBatch < 1 || c.PageLimit < 1 || c.MaxPageLimit < c.PageLimit || c.ExportBatch < 1 || c.VerifyBatch < 1 {
 		errs = append(errs, errors.New("audit: batch sizes and page limits must be positive, PageLimit ≤ MaxPageLimit"))
@@ -134,8 +138,8 @@ func LoadConfig(l *config.Loader) Config {
 }
 
 // Build is the service.Builder of this service.
-func Build(_ context.Context, deps *service.Deps, l *config.Loader) (service.Component, error) {
-	return New(deps, LoadConfig(l))
+func Build(ctx context.Context, deps *service.Deps, l *config.Loader) (service.Component, error) {
+	return New(ctx, deps, LoadConfig(l))
 }
 
 // Service is the running audit service.
@@ -151,8 +155,8 @@ type Service struct {
 var _ service.Component = (*Service)(nil)
 
 // New returns the service over deps (which must hold Postgres), applying
-// its migrations and creating the partitions it needs now.
-func New(deps *service.Deps, cfg Config) (*Service, error) {
+// its migrations and creating the partitions it needs now, with ctx.
+func New(ctx context.Context, deps *service.Deps, cfg Config) (*Service, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -161,7 +165,6 @@ func New(deps *service.Deps, cfg Config) (*Service, error) {
 		return nil, errors.New("audit: needs Postgres")
 	}
 	log := deps.Log("audit")
-	ctx := context.Background()
 	if err := store.Migrate(ctx, deps.Postgres); err != nil {
 		return nil, fmt.Errorf("audit: %w", err)
 	}

@@ -69,7 +69,7 @@ func setup(t *testing.T, cfg audit.Config) *bundle {
 	b := &bundle{t: t, super: super, topics: schema.Topics{Prefix: "ferry."}, deps: testenv.Open(t, common, audit.Needs)}
 	b.keyA, b.keyB = testenv.Tenant(t, b.deps.Postgres, "acme"), testenv.Tenant(t, b.deps.Postgres, "globex")
 	cfg.Now = func() time.Time { return time.Now().Add(time.Duration(b.offset.Load())) }
-	b.svc, err = audit.New(b.deps, cfg)
+	b.svc, err = audit.New(t.Context(), b.deps, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -138,8 +138,8 @@ func LoadConfig(l *config.Loader) Config {
 }
 
 // Build is the service.Builder of this service.
-func Build(_ context.Context, deps *service.Deps, l *config.Loader) (service.Component, error) {
-	return New(deps, LoadConfig(l))
+func Build(ctx context.Context, deps *service.Deps, l *config.Loader) (service.Component, error) {
+	return New(ctx, deps, LoadConfig(l))
 }
 
 // Service is the running dlq service.
@@ -160,8 +160,8 @@ type Service struct {
 var _ service.Component = (*Service)(nil)
 
 // New returns the service over deps (which must hold Postgres and Kafka),
-// applying its migrations.
-func New(deps *service.Deps, cfg Config) (*Service, error) {
+// applying its migrations with ctx.
+func New(ctx context.Context, deps *service.Deps, cfg Config) (*Service, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -170,7 +170,7 @@ func New(deps *service.Deps, cfg Config) (*Service, error) {
 		return nil, errors.New("dlq: needs Postgres and Kafka")
 	}
 	log := deps.Log("dlq")
-	if err := store.Migrate(context.Background(), deps.Postgres); err != nil {
+	if err := store.Migrate(ctx, deps.Postgres); err != nil {
 		return nil, fmt.Errorf("dlq: %w", err)
 	}
 	return &Service{

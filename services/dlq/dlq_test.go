@@ -50,7 +50,7 @@ func setup(t *testing.T, cfg dlq.Config) *bundle {
 	}
 	t.Cleanup(prod.Close)
 	b.prod = prod
-	svc, err := dlq.New(b.deps, cfg)
+	svc, err := dlq.New(t.Context(), b.deps, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -671,7 +671,7 @@ func TestFailedProduceReleasesTheClaimAndKeepsTheJobID(t *testing.T) {
 	}
 	defer cl.Close()
 	bad.Kafka = cl
-	svc, err := dlq.New(&bad, dlq.Config{ProduceTimeout: 500 * time.Millisecond})
+	svc, err := dlq.New(t.Context(), &bad, dlq.Config{ProduceTimeout: 500 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

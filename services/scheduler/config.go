@@ -16,13 +16,19 @@ import (
 // fair-share settings, the paused queues and the API keys of the queue routes.
 var Needs = service.Needs{Postgres: true, Redis: true, Kafka: true}
 
-// Config configures the scheduler.
+// Config configures the scheduler. A setting read from an environment
+// variable (named beside its field) has its default once, in
+// platform/config.Vars (documented in docs/configuration.md); WithDefaults
+// takes it from there for a Config built in code. Settings no variable
+// sets carry their default here.
 type Config struct {
 	// Lease is how long a dispatched job may go without started/progress
-	// before it is re-dispatched. Defaults to 30s.
+	// before it is re-dispatched (FERRY_SCHEDULER_LEASE).
 	Lease time.Duration
 	// Prefetch is how many dispatches may always exceed the pool's live
-	// slots. Defaults to 16. Negative means 0.
+	// slots (FERRY_SCHEDULER_PREFETCH). Negative means none: zero is
+	// "unset" and takes the default, so LoadConfig reads
+	// FERRY_SCHEDULER_PREFETCH=0 as NoPrefetch.
 	Prefetch int
 	// PrefetchWindow sizes the rest of the dispatch window to the round
 	// trip: on top of Prefetch, a pool may have as many dispatches beyond its
@@ -30,13 +36,14 @@ type Config struct {
 	// PrefetchWindow, at most PrefetchMax). A busy pool of short jobs so
 	// keeps enough in flight to cover dispatch → completed → slot freed;
 	// a pool of slow jobs (low rate) stays at Prefetch. Prefetched jobs wait
-	// at most about PrefetchWindow at the worker. Defaults to 100ms;
-	// negative disables it.
+	// at most about PrefetchWindow at the worker
+	// (FERRY_SCHEDULER_PREFETCH_WINDOW); negative disables it.
 	PrefetchWindow time.Duration
-	// PrefetchMax bounds the rate-sized part of the window per pool.
-	// Defaults to 2048.
+	// PrefetchMax bounds the rate-sized part of the window per pool
+	// (FERRY_SCHEDULER_PREFETCH_MAX).
 	PrefetchMax int
-	// Tick is the fallback period of the dispatch loops. Defaults to 5ms.
+	// Tick is the fallback period of the dispatch loops
+	// (FERRY_SCHEDULER_TICK).
 	Tick time.Duration
 	// WorkerTTL is how long a worker counts as live after its last
 	// announcement. Defaults to 5s.
@@ -53,8 +60,8 @@ type Config struct {
 	// MaxPoll bounds the records one consumer batch processes. Defaults to 5000.
 	MaxPoll int
 	// RetryBase and RetryMax are the backoff min(base·2^(n-1), max) of
-	// app_error retries, ±25 % jitter; a job's backoff overrides them.
-	// Default to 1s and 10m.
+	// app_error retries, ±25 % jitter; a job's backoff overrides them
+	// (FERRY_SCHEDULER_RETRY_BASE, FERRY_SCHEDULER_RETRY_MAX).
 	RetryBase, RetryMax time.Duration
 	// RetryTypes overrides RetryBase/RetryMax per job type; a job's own
 	// backoff still overrides these. Read from FERRY_SCHEDULER_RETRY_TYPES
@@ -68,12 +75,13 @@ type Config struct {
 	// Defaults to 1s.
 	EpochCheck time.Duration
 	// CheckpointInterval is how often the checkpoint that detects a Redis
-	// gone back in time is stamped and checked (checkpoint.go). Defaults to 1s.
+	// gone back in time is stamped and checked (checkpoint.go;
+	// FERRY_SCHEDULER_CHECKPOINT_INTERVAL).
 	CheckpointInterval time.Duration
 	// QueueIdle is how long a queue stays in the scheduler's indexes (and in
 	// GET /v1/queues and the gauges) after it was last seen empty: empty
 	// queues are swept every QueueIdle and leave on the second sweep that
-	// finds them empty (prune.go). Defaults to 1m.
+	// finds them empty (prune.go; FERRY_SCHEDULER_QUEUE_IDLE).
 	QueueIdle time.Duration
 	// SettingsRefresh is how often the tenants' weights and max_running and
 	// the paused queues are copied from Postgres into Redis. Defaults to 2s.
@@ -88,83 +96,87 @@ type Config struct {
 	Rand func() float64
 }
 
-// WithDefaults returns c with unset fields defaulted.
+// NoPrefetch is the Prefetch of a scheduler that never dispatches beyond a
+// pool's free slots (FERRY_SCHEDULER_PREFETCH=0).
+const NoPrefetch = -1
+
+// WithDefaults returns c with unset (zero) fields defaulted.
 func (c Config) WithDefaults() Config {
-	if c.Lease <= 0 {
-		c.Lease = 30 * time.Second
-	}
-	if c.Prefetch < 0 {
-		c.Prefetch = 0
-	}
-	config.Default(&c.PrefetchWindow, 100*time.Millisecond)
-	if c.PrefetchMax <= 0 {
-		c.PrefetchMax = 2048
-	}
-	if c.Tick <= 0 {
-		c.Tick = 5 * time.Millisecond
-	}
-	if c.WorkerTTL <= 0 {
-		c.WorkerTTL = 5 * time.Second
-	}
-	if c.TerminalTTL <= 0 {
-		c.TerminalTTL = 7 * 24 * time.Hour
-	}
-	if c.KeyPrefix == "" {
-		c.KeyPrefix = "ferry:sched:"
-	}
+	config.DefaultVar(&c.Lease, "FERRY_SCHEDULER_LEASE")
+	config.DefaultVar(&c.Prefetch, "FERRY_SCHEDULER_PREFETCH")
+	config.DefaultVar(&c.PrefetchWindow, "FERRY_SCHEDULER_PREFETCH_WINDOW")
+	config.DefaultVar(&c.PrefetchMax, "FERRY_SCHEDULER_PREFETCH_MAX")
+	config.DefaultVar(&c.Tick, "FERRY_SCHEDULER_TICK")
+	config.DefaultVar(&c.RetryBase, "FERRY_SCHEDULER_RETRY_BASE")
+	config.DefaultVar(&c.RetryMax, "FERRY_SCHEDULER_RETRY_MAX")
+	config.DefaultVar(&c.CheckpointInterval, "FERRY_SCHEDULER_CHECKPOINT_INTERVAL")
+	config.DefaultVar(&c.QueueIdle, "FERRY_SCHEDULER_QUEUE_IDLE")
+	config.Default(&c.WorkerTTL, 5*time.Second)
+	config.Default(&c.TerminalTTL, 7*24*time.Hour)
+	config.Default(&c.KeyPrefix, "ferry:sched:")
 	if len(c.Pools) == 0 {
 		c.Pools = append([]string(nil), schema.Pools...)
 	}
-	if c.MaxBatch <= 0 {
-		c.MaxBatch = 512
-	}
-	if c.MaxPoll <= 0 {
-		c.MaxPoll = 5000
-	}
-	if c.RetryBase <= 0 {
-		c.RetryBase = time.Second
-	}
-	if c.RetryMax <= 0 {
-		c.RetryMax = 10 * time.Minute
-	}
-	if c.RebuildLockTTL <= 0 {
-		c.RebuildLockTTL = 30 * time.Second
-	}
-	if c.EpochCheck <= 0 {
-		c.EpochCheck = time.Second
-	}
-	config.Default(&c.CheckpointInterval, time.Second)
-	config.Default(&c.QueueIdle, time.Minute)
-	if c.SettingsRefresh <= 0 {
-		c.SettingsRefresh = 2 * time.Second
-	}
-	if c.DefaultEstimate <= 0 {
-		c.DefaultEstimate = time.Second
-	}
+	config.Default(&c.MaxBatch, 512)
+	config.Default(&c.MaxPoll, 5000)
+	config.Default(&c.RebuildLockTTL, 30*time.Second)
+	config.Default(&c.EpochCheck, time.Second)
+	config.Default(&c.SettingsRefresh, 2*time.Second)
+	config.Default(&c.DefaultEstimate, time.Second)
 	if c.Now == nil {
 		c.Now = time.Now
 	}
 	return c
 }
 
-// Validate reports settings that cannot work.
+// basePrefetch is the dispatches a pool may always have beyond its live
+// slots: Prefetch, where a negative one (NoPrefetch) is none.
+func (c Config) basePrefetch() int { return max(c.Prefetch, 0) }
+
+// Validate reports settings that cannot work, naming the environment
+// variable of a setting read from one and the field of the others.
 func (c Config) Validate() error {
 	var errs []error
 	if c.Lease < 100*time.Millisecond {
 		errs = append(errs, fmt.Errorf("FERRY_SCHEDULER_LEASE=%v: must be ≥ 100ms", c.Lease))
 	}
-	if c.Tick > time.Minute {
-		errs = append(errs, fmt.Errorf("FERRY_SCHEDULER_TICK=%v: must be ≤ 1m", c.Tick))
+	if c.Tick <= 0 || c.Tick > time.Minute {
+		errs = append(errs, fmt.Errorf("FERRY_SCHEDULER_TICK=%v: must be > 0 and ≤ 1m", c.Tick))
 	}
-	if c.RetryBase > c.RetryMax {
-		errs = append(errs, errors.New("FERRY_SCHEDULER_RETRY_BASE exceeds FERRY_SCHEDULER_RETRY_MAX"))
+	if c.PrefetchMax < 0 {
+		errs = append(errs, fmt.Errorf("FERRY_SCHEDULER_PREFETCH_MAX=%d: must be ≥ 0", c.PrefetchMax))
+	}
+	if c.RetryBase <= 0 || c.RetryBase > c.RetryMax {
+		errs = append(errs, fmt.Errorf("FERRY_SCHEDULER_RETRY_BASE=%v: must be > 0 and ≤ FERRY_SCHEDULER_RETRY_MAX=%v", c.RetryBase, c.RetryMax))
+	}
+	if c.CheckpointInterval <= 0 || c.QueueIdle <= 0 {
+		errs = append(errs, errors.New("FERRY_SCHEDULER_CHECKPOINT_INTERVAL and FERRY_SCHEDULER_QUEUE_IDLE must be > 0"))
 	}
 	for typ, b := range c.RetryTypes {
 		if b.Base < 0 || b.Max < 0 || (b.Base > 0 && b.Max > 0 && b.Base > b.Max) {
 			errs = append(errs, fmt.Errorf("FERRY_SCHEDULER_RETRY_TYPES: %s: base must be ≤ max, both ≥ 0", typ))
 		}
 	}
-	return errors.Join(errs...)
+	return errors.Join(append(errs, c.validateInternal())...)
+}
+
+// validateInternal checks the settings no environment variable sets.
+func (c Config) validateInternal() error {
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{
+		{"WorkerTTL", c.WorkerTTL}, {"TerminalTTL", c.TerminalTTL}, {"RebuildLockTTL", c.RebuildLockTTL},
+		{"EpochCheck", c.EpochCheck}, {"SettingsRefresh", c.SettingsRefresh}, {"DefaultEstimate", c.DefaultEstimate},
+	} {
+		if d.v <= 0 {
+			return fmt.Errorf("scheduler: %s=%v: must be > 0", d.name, d.v)
+		}
+	}
+	if c.MaxBatch < 1 || c.MaxPoll < 1 {
+		return fmt.Errorf("scheduler: MaxBatch=%d and MaxPoll=%d must be ≥ 1", c.MaxBatch, c.MaxPoll)
+	}
+	return nil
 }
 
 // parseRetryTypes parses "type=base/max" items; a bad item is reported.
@@ -199,9 +211,13 @@ func parseRetryTypes(items []string) (map[string]retry.TypeBackoff, error) {
 // A malformed FERRY_SCHEDULER_RETRY_TYPES is returned as the error.
 func LoadConfig(l *config.Loader) (Config, error) {
 	types, err := parseRetryTypes(l.List("FERRY_SCHEDULER_RETRY_TYPES"))
+	prefetch := l.Int("FERRY_SCHEDULER_PREFETCH")
+	if prefetch == 0 {
+		prefetch = NoPrefetch
+	}
 	return Config{
 		Lease:              l.Duration("FERRY_SCHEDULER_LEASE"),
-		Prefetch:           l.Int("FERRY_SCHEDULER_PREFETCH"),
+		Prefetch:           prefetch,
 		PrefetchWindow:     l.Duration("FERRY_SCHEDULER_PREFETCH_WINDOW"),
 		PrefetchMax:        l.Int("FERRY_SCHEDULER_PREFETCH_MAX"),
 		Tick:               l.Duration("FERRY_SCHEDULER_TICK"),

@@ -109,10 +109,10 @@ func (r *rateEstimate) add(now time.Time, n int) {
 // of slow jobs stays at Prefetch.
 func (s *Service) prefetch(r *rateEstimate) int {
 	if s.cfg.PrefetchWindow <= 0 {
-		return s.cfg.Prefetch
+		return s.cfg.basePrefetch()
 	}
 	extra := r.decayed(s.cfg.Now()) * s.cfg.PrefetchWindow.Seconds()
-	return s.cfg.Prefetch + int(min(extra, float64(s.cfg.PrefetchMax)))
+	return s.cfg.basePrefetch() + int(min(extra, float64(s.cfg.PrefetchMax)))
 }
 
 // stepGated is step under the shared gate: never during a rebuild. The gate

@@ -1,8 +1,6 @@
 package scheduler
 
 import (
-	"encoding/json"
-
 	"github.com/ferryhq/ferry/platform/auth"
 	"github.com/ferryhq/ferry/services/scheduler/internal/qstore"
 )
@@ -14,15 +12,10 @@ import (
 // breakers.go serves the breakers and concurrency keys and publishes the
 // breakers' state changes.
 
-// flowSettings decodes a tenant's flow_control settings (raw JSON, nil when
-// absent); false when it has none.
-func (s *Service) flowSettings(tenant string, raw []byte) (qstore.FlowSettings, bool) {
-	if len(raw) == 0 || string(raw) == "null" {
-		return qstore.FlowSettings{}, false
-	}
-	var fc auth.FlowControl
-	if err := json.Unmarshal(raw, &fc); err != nil {
-		s.log.Warn("ignoring a tenant's unreadable flow_control settings", "tenant", tenant, "err", err)
+// flowSettings converts a tenant's flow control (nil when it has none) to
+// what the dispatch script reads; false when there is nothing to enforce.
+func flowSettings(fc *auth.FlowControl) (qstore.FlowSettings, bool) {
+	if fc == nil {
 		return qstore.FlowSettings{}, false
 	}
 	f := qstore.FlowSettings{RateLimits: map[string]qstore.RateLimit{}, Breakers: map[string]qstore.BreakerConfig{},

@@ -69,10 +69,7 @@ func TestUnproducibleDecisionParked(t *testing.T) {
 	deps := testenv.Deps(t, scheduler.Needs)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	if err := scheduler.Migrate(ctx, deps.Postgres); err != nil {
-		t.Fatal(err)
-	}
-	s, err := scheduler.New(deps, scheduler.Config{})
+	s, err := scheduler.New(ctx, deps, scheduler.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +87,7 @@ func TestUnproducibleDecisionParked(t *testing.T) {
 	}
 	st := quarantine.NewStore(deps.Postgres)
 	var parked quarantine.Record
-	waitUntil(t, 30*time.Second, "the failed record parked", func() bool {
+	testenv.WaitFor(t, 30*time.Second, "the failed record parked", func() bool {
 		rs, err := st.List(ctx, quarantine.Filter{Group: scheduler.Group, Limit: 10})
 		if err != nil {
 			t.Fatal(err)
@@ -129,7 +126,7 @@ func TestUnproducibleDecisionParked(t *testing.T) {
 	if _, err := st.Retry(ctx, parked.ID); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, 20*time.Second, "the retried record parked again", func() bool {
+	testenv.WaitFor(t, 20*time.Second, "the retried record parked again", func() bool {
 		r, err := st.Get(ctx, parked.ID)
 		return err == nil && r.Status == quarantine.StatusParked && r.Tries == parked.Tries+1 && strings.Contains(r.Error, "MESSAGE_TOO_LARGE")
 	})
@@ -152,15 +149,4 @@ func newClient(t *testing.T, deps *service.Deps, extra ...kgo.Opt) *kgo.Client {
 	}
 	t.Cleanup(cl.Close)
 	return cl
-}
-
-func waitUntil(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/ferryhq/ferry/events/schema"
 	"github.com/ferryhq/ferry/platform/kafkax"
+	"github.com/ferryhq/ferry/platform/testenv"
 	"github.com/ferryhq/ferry/services/scheduler"
 )
 
@@ -189,13 +190,13 @@ func TestRedisBackInTime(t *testing.T) {
 	const prefix = "ferry:sched:"
 	// The first jobs wait for a worker: no worker yet.
 	produce("first", first, time.Time{})
-	waitFor(t, 20*time.Second, func() bool { n, _ := rdb.ZCard(ctx, prefix+"q:default:ready").Result(); return n == first })
+	testenv.WaitFor(t, 20*time.Second, "the first jobs queued", func() bool { n, _ := rdb.ZCard(ctx, prefix+"q:default:ready").Result(); return n == first })
 	time.Sleep(300 * time.Millisecond) // a checkpoint after them
 	snap := takeSnapshot(t, ctx, rdb, prefix)
 	// More jobs, delayed ones too, then the checkpoint moves on.
 	produce("lost", lost/2, time.Time{})
 	produce("lostlater", lost/2, time.Now().Add(2*time.Second))
-	waitFor(t, 20*time.Second, func() bool { n, _ := rdb.ZCard(ctx, prefix+"q:default:ready").Result(); return n == first+lost/2 })
+	testenv.WaitFor(t, 20*time.Second, "the lost jobs queued", func() bool { n, _ := rdb.ZCard(ctx, prefix+"q:default:ready").Result(); return n == first+lost/2 })
 	time.Sleep(500 * time.Millisecond)
 	snap.restore(t, ctx, rdb, prefix)
 	if n, _ := rdb.ZCard(ctx, prefix+"q:default:ready").Result(); n != first {
@@ -219,15 +220,4 @@ func TestRedisBackInTime(t *testing.T) {
 	wcancel()
 	_ = workers.Wait()
 	s.checkOnce(t)
-}
-
-func waitFor(t *testing.T, d time.Duration, ok func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !ok() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met in time")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }

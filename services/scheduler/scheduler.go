@@ -51,33 +51,30 @@ type Service struct {
 var _ service.Component = (*Service)(nil)
 
 // Build is the scheduler's service.Builder.
-func Build(_ context.Context, deps *service.Deps, l *config.Loader) (service.Component, error) {
+func Build(ctx context.Context, deps *service.Deps, l *config.Loader) (service.Component, error) {
 	cfg, err := LoadConfig(l)
 	if err != nil {
 		return nil, err
 	}
-	cfg = cfg.WithDefaults()
-	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
-	if deps.Postgres != nil {
-		if err := Migrate(context.Background(), deps.Postgres); err != nil {
-			return nil, err
-		}
-	}
-	return New(deps, cfg)
+	return New(ctx, deps, cfg)
 }
 
-// New returns a scheduler over deps (which must have Redis and Kafka).
-// Without Postgres every tenant has weight 1 and no max_running, and the
-// queue routes are not mounted.
-func New(deps *service.Deps, cfg Config) (*Service, error) {
+// New returns a scheduler over deps (which must have Redis and Kafka),
+// applying its migrations with ctx when deps has Postgres. Without Postgres
+// every tenant has weight 1 and no max_running, and the queue routes are
+// not mounted.
+func New(ctx context.Context, deps *service.Deps, cfg Config) (*Service, error) {
 	if deps == nil || deps.Redis == nil || deps.Kafka == nil {
 		return nil, errors.New("scheduler: needs Redis and Kafka")
 	}
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
+	}
+	if deps.Postgres != nil {
+		if err := Migrate(ctx, deps.Postgres); err != nil {
+			return nil, fmt.Errorf("scheduler: %w", err)
+		}
 	}
 	log := deps.Log("scheduler")
 	s := &Service{

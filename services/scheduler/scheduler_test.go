@@ -99,7 +99,7 @@ func (e *env) schedulerPG(ctx context.Context, g *errgroup.Group, cfg scheduler.
 	if pg != nil {
 		deps.Postgres = pg
 	}
-	s, err := scheduler.New(deps, cfg)
+	s, err := scheduler.New(ctx, deps, cfg)
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/ferryhq/ferry/platform/auth"
 	"github.com/ferryhq/ferry/platform/pgstore"
 	"github.com/ferryhq/ferry/platform/service"
 	"github.com/ferryhq/ferry/services/scheduler/internal/qstore"
@@ -26,7 +28,8 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
 
 // The fair share reads each tenant's weight and max_running, and the paused
 // queues, from Redis (tenant:<t>:cfg, tenant:<t>:paused). Their source is
-// Postgres: the shared tenants table (written by the api's admin routes) and
+// Postgres: the tenants' settings, which platform/auth owns and reads for
+// us (auth.ListDispatchSettings; the api's admin routes write them), and
 // scheduler_queue_pauses. syncLoop copies them into Redis every
 // SettingsRefresh, so a PATCH of a tenant takes effect within about that
 // long on every replica, and a Redis that lost its state gets them back.
@@ -44,51 +47,18 @@ func (s *Service) syncLoop(ctx context.Context) error {
 	return nil
 }
 
-// syncSettings copies every tenant's weight and max_running, and every
-// paused queue, into Redis.
+// syncSettings copies every tenant's weight, max_running and flow control,
+// and every paused queue, into Redis.
 func (s *Service) syncSettings(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	pg := s.deps.Postgres
-	rows, err := pg.Query(ctx, `SELECT id, weight, COALESCE((settings->>'max_running')::int, 0), settings->'flow_control' FROM tenants`)
+	ts, flow, err := s.readTenantSettings(ctx)
 	if err != nil {
-		return fmt.Errorf("read tenants: %w", err)
+		return err
 	}
-	ts := map[string]qstore.TenantSettings{}
-	flow := map[string]qstore.FlowSettings{}
-	for rows.Next() {
-		var id string
-		var st qstore.TenantSettings
-		var fc []byte
-		if err := rows.Scan(&id, &st.Weight, &st.MaxRunning, &fc); err != nil {
-			rows.Close()
-			return fmt.Errorf("read tenants: %w", err)
-		}
-		ts[id] = st
-		if f, ok := s.flowSettings(id, fc); ok {
-			flow[id] = f
-		}
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("read tenants: %w", err)
-	}
-	rows, err = pg.Query(ctx, `SELECT tenant_id, queue FROM scheduler_queue_pauses`)
+	paused, err := readPaused(ctx, s.deps.Postgres)
 	if err != nil {
-		return fmt.Errorf("read paused queues: %w", err)
-	}
-	paused := map[string][]string{}
-	for rows.Next() {
-		var t, q string
-		if err := rows.Scan(&t, &q); err != nil {
-			rows.Close()
-			return fmt.Errorf("read paused queues: %w", err)
-		}
-		paused[t] = append(paused[t], q)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("read paused queues: %w", err)
+		return err
 	}
 	if err := s.store.SetTenants(ctx, ts); err != nil {
 		return err
@@ -97,4 +67,43 @@ func (s *Service) syncSettings(ctx context.Context) error {
 		return err
 	}
 	return s.store.SetPaused(ctx, paused)
+}
+
+// readTenantSettings asks platform/auth for every tenant's dispatch
+// settings, in the shapes the dispatch script reads. A tenant whose flow
+// control cannot be read is logged and dispatches without it.
+func (s *Service) readTenantSettings(ctx context.Context) (map[string]qstore.TenantSettings, map[string]qstore.FlowSettings, error) {
+	all, err := auth.ListDispatchSettings(ctx, s.deps.Postgres)
+	if err != nil {
+		return nil, nil, err
+	}
+	ts := make(map[string]qstore.TenantSettings, len(all))
+	flow := map[string]qstore.FlowSettings{}
+	for _, d := range all {
+		ts[d.TenantID] = qstore.TenantSettings{Weight: d.Weight, MaxRunning: d.MaxRunning}
+		if d.FlowControlErr != nil {
+			s.log.Warn("ignoring a tenant's unreadable flow_control settings", "tenant", d.TenantID, "err", d.FlowControlErr)
+		}
+		if f, ok := flowSettings(d.FlowControl); ok {
+			flow[d.TenantID] = f
+		}
+	}
+	return ts, flow, nil
+}
+
+// readPaused returns the paused queues of every tenant.
+func readPaused(ctx context.Context, pg *pgxpool.Pool) (map[string][]string, error) {
+	rows, err := pg.Query(ctx, `SELECT tenant_id, queue FROM scheduler_queue_pauses`)
+	if err != nil {
+		return nil, fmt.Errorf("read paused queues: %w", err)
+	}
+	pairs, err := pgx.CollectRows(rows, pgx.RowToStructByPos[struct{ Tenant, Queue string }])
+	if err != nil {
+		return nil, fmt.Errorf("read paused queues: %w", err)
+	}
+	paused := map[string][]string{}
+	for _, p := range pairs {
+		paused[p.Tenant] = append(paused[p.Tenant], p.Queue)
+	}
+	return paused, nil
 }

@@ -169,8 +169,8 @@ type Service struct {
 var _ service.Component = (*Service)(nil)
 
 // New returns the service over deps (which must hold Postgres, for API
-// keys, and Kafka), applying its migrations.
-func New(deps *service.Deps, cfg Config) (*Service, error) {
+// keys, and Kafka), applying its migrations with ctx.
+func New(ctx context.Context, deps *service.Deps, cfg Config) (*Service, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -179,7 +179,7 @@ func New(deps *service.Deps, cfg Config) (*Service, error) {
 		return nil, errors.New("ssebridge: needs Postgres")
 	}
 	log := deps.Log("sse-bridge")
-	if err := eventlog.Migrations.Apply(context.Background(), deps.Postgres); err != nil {
+	if err := eventlog.Migrations.Apply(ctx, deps.Postgres); err != nil {
 		return nil, fmt.Errorf("ssebridge: %w", err)
 	}
 	h := hub.New(cfg.Buffer)
@@ -204,8 +204,8 @@ func New(deps *service.Deps, cfg Config) (*Service, error) {
 }
 
 // Build is the service.Builder of this service.
-func Build(_ context.Context, deps *service.Deps, l *config.Loader) (service.Component, error) {
-	return New(deps, LoadConfig(l))
+func Build(ctx context.Context, deps *service.Deps, l *config.Loader) (service.Component, error) {
+	return New(ctx, deps, LoadConfig(l))
 }
 
 // Routes registers the SSE routes with their full paths.

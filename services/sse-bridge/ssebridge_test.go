@@ -62,7 +62,7 @@ func start(t *testing.T, deps *service.Deps, keyA, keyB string, cfg Config, list
 		cfg.JobGrace = 3 * time.Second
 	}
 	var err error
-	b.svc, err = New(b.deps, cfg)
+	b.svc, err = New(t.Context(), b.deps, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -161,7 +161,7 @@ func (c Config) Validate() error {
 		}
 	}
 	if c.Jitter >= 1 {
-		errs = append(errs, errors.New("jitter must be < 1"))
+		errs = append(errs, errors.New("webhooks: Jitter must be < 1"))
 	}
 	if c.Concurrency < 1 || c.EndpointConcurrency < 1 {
 		errs = append(errs, errors.New("FERRY_WEBHOOKS_CONCURRENCY and FERRY_WEBHOOKS_ENDPOINT_CONCURRENCY must be ≥ 1"))
@@ -223,11 +223,11 @@ type Service struct {
 
 // Build is the service.Builder of this service.
 func Build(ctx context.Context, deps *service.Deps, l *config.Loader) (service.Component, error) {
-	return New(deps, LoadConfig(l))
+	return New(ctx, deps, LoadConfig(l))
 }
 
-// New returns the service over deps, applying its migrations.
-func New(deps *service.Deps, cfg Config) (*Service, error) {
+// New returns the service over deps, applying its migrations with ctx.
+func New(ctx context.Context, deps *service.Deps, cfg Config) (*Service, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("webhooks: %w", err)
@@ -236,7 +236,6 @@ func New(deps *service.Deps, cfg Config) (*Service, error) {
 		return nil, errors.New("webhooks: needs Postgres and Kafka")
 	}
 	log := deps.Log("webhooks")
-	ctx := context.Background()
 	key := cfg.SecretKey
 	if len(key) == 0 {
 		k, created, err := secretbox.LoadOrCreateKeyFile(cfg.SecretKeyFile)

@@ -80,7 +80,7 @@ func setup(t *testing.T, o opts) *bundle {
 // connections and configuration.
 func (b *bundle) replica(t *testing.T) *webhooks.Service {
 	t.Helper()
-	svc, err := webhooks.New(b.deps, b.cfg)
+	svc, err := webhooks.New(t.Context(), b.deps, b.cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

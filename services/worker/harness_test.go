@@ -37,14 +37,8 @@ type bench struct {
 	deps   *service.Deps
 	prod   *kgo.Client
 
-	mu     sync.Mutex
-	events []received
-	notify chan struct{}
-}
-
-type received struct {
-	schema.Event
-	at time.Time
+	// rec records every event the worker produces.
+	rec *testenv.Recorder
 }
 
 func newBench(t *testing.T) *bench {
@@ -67,7 +61,7 @@ func newBenchOn(t *testing.T, addr string) *bench {
 		t.Fatal(err)
 	}
 	b := &bench{
-		t: t, topics: topics, prod: prod, notify: make(chan struct{}),
+		t: t, topics: topics, prod: prod,
 		deps: &service.Deps{
 			Common: config.Common{KafkaBrokers: []string{addr}},
 			Topics: topics,
@@ -75,39 +69,12 @@ func newBenchOn(t *testing.T, addr string) *bench {
 			Kafka:  prod,
 		},
 	}
-	cons, err := kafkax.NewClient(kafkax.Config{Brokers: []string{addr}, ClientID: "test-reader"},
-		kgo.ConsumeTopics(append(topics.LifecycleTopics(), topics.Workers())...),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		kgo.FetchMaxWait(100*time.Millisecond),
-	)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rctx, rcancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			fs := cons.PollFetches(rctx)
-			if rctx.Err() != nil {
-				return
-			}
-			now := time.Now()
-			fs.EachRecord(func(r *kgo.Record) {
-				ev, err := schema.Decode(r)
-				if err != nil {
-					t.Errorf("worker produced an undecodable record on %s: %v", r.Topic, err)
-					return
-				}
-				b.mu.Lock()
-				b.events = append(b.events, received{ev, now})
-				close(b.notify)
-				b.notify = make(chan struct{})
-				b.mu.Unlock()
-			})
+	b.rec = testenv.Record(t, []string{addr}, append(topics.LifecycleTopics(), topics.Workers())...)
+	t.Cleanup(func() {
+		for _, err := range b.rec.Undecodable() {
+			t.Errorf("worker produced an undecodable record: %v", err)
 		}
-	}()
-	t.Cleanup(func() { rcancel(); <-done; cons.Close() })
+	})
 	return b
 }
 
@@ -119,7 +86,7 @@ func (b *bench) start(cfg worker.Config, register func(*worker.Registry)) (stop 
 		cfg.WorkerID = "w-" + b.t.Name()
 	}
 	reg := worker.NewRegistry()
-	handlers.Register(reg, handlers.Options{Allow: cfg.OutboundAllow})
+	handlers.Register(reg, handlers.Options{Allow: b.deps.Common.OutboundAllow})
 	if register != nil {
 		register(reg)
 	}
@@ -204,26 +171,9 @@ func (b *bench) cancelJob(d schema.Dispatch) {
 const waitLimit = 30 * time.Second
 
 // waitFor returns the first event matching ok, failing the test after waitLimit.
-func (b *bench) waitFor(what string, ok func(schema.Event) bool) received {
+func (b *bench) waitFor(what string, ok func(schema.Event) bool) schema.Event {
 	b.t.Helper()
-	deadline := time.After(waitLimit)
-	seen := 0
-	for {
-		b.mu.Lock()
-		evs, notify := b.events[seen:], b.notify
-		seen = len(b.events)
-		b.mu.Unlock()
-		for _, ev := range evs {
-			if ok(ev.Event) {
-				return ev
-			}
-		}
-		select {
-		case <-notify:
-		case <-deadline:
-			b.t.Fatalf("timed out waiting for %s", what)
-		}
-	}
+	return b.rec.WaitFor(b.t, waitLimit, what, ok)
 }
 
 // terminal waits for the completed or failed event of job.
@@ -261,17 +211,7 @@ func (b *bench) completed(d schema.Dispatch) schema.Completed {
 }
 
 // all returns the received events matching ok.
-func (b *bench) all(ok func(schema.Event) bool) []received {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	var out []received
-	for _, ev := range b.events {
-		if ok(ev.Event) {
-			out = append(out, ev)
-		}
-	}
-	return out
-}
+func (b *bench) all(ok func(schema.Event) bool) []schema.Event { return b.rec.Matching(ok) }
 
 func ofJob[T interface {
 	schema.Lifecycle

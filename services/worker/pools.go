@@ -19,9 +19,9 @@ import (
 // with FERRY_WORKER_CONCURRENCY slots and the built-in handlers. `ferry dev`
 // uses it so jobs of both pools run; FERRY_WORKER_POOL is ignored and a
 // FERRY_WORKER_ID gets the pool appended.
-func BuildPools(_ context.Context, deps *service.Deps, l *config.Loader) (service.Component, error) {
+func BuildPools(ctx context.Context, deps *service.Deps, l *config.Loader) (service.Component, error) {
 	base := LoadConfig(l).WithDefaults()
-	opts, err := handlerOptions(deps, base)
+	opts, err := handlerOptions(ctx, deps, base)
 	if err != nil {
 		return nil, err
 	}

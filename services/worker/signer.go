@@ -14,11 +14,14 @@ import (
 
 // handlerOptions opens what the built-in handlers need of the deployment:
 // the store the http handler reads its tenants' signing secrets from at
-// request time, and the issuer of async http jobs' callback tokens. It
+// request time, the issuer of async http jobs' callback tokens, and the
+// outbound allowlist (FERRY_OUTBOUND_ALLOW, which every service shares
+// through deps.Common). It applies the migrations of those stores with ctx,
+// the one place a worker touches the schema. It
 // refuses to start without Postgres or with a key that does not open the
 // stored secrets: either would make every http job of a tenant with a
 // secret fail.
-func handlerOptions(deps *service.Deps, cfg Config) (handlers.Options, error) {
+func handlerOptions(ctx context.Context, deps *service.Deps, cfg Config) (handlers.Options, error) {
 	if err := cfg.Validate(); err != nil {
 		return handlers.Options{}, fmt.Errorf("worker: %w", err)
 	}
@@ -33,7 +36,6 @@ func handlerOptions(deps *service.Deps, cfg Config) (handlers.Options, error) {
 		deps.Log("worker").Warn("worker: FERRY_SECRET_KEY is not set; using a key file (fine for development, set FERRY_SECRET_KEY in production, the same as the api's)",
 			"file", cfg.SecretKeyFile, "created", created)
 	}
-	ctx := context.Background()
 	if err := signing.Migrate(ctx, deps.Postgres); err != nil {
 		return handlers.Options{}, fmt.Errorf("worker: %w", err)
 	}
@@ -45,7 +47,7 @@ func handlerOptions(deps *service.Deps, cfg Config) (handlers.Options, error) {
 		return handlers.Options{}, fmt.Errorf("worker: %w", err)
 	}
 	return handlers.Options{
-		Allow:  cfg.OutboundAllow,
+		Allow:  deps.Common.OutboundAllow,
 		Signer: s,
 		Callbacks: &callback.Issuer{Box: box, Attempts: callback.NewAttempts(deps.Postgres),
 			BaseURL: cfg.CallbackURL, TTL: cfg.CallbackTokenTTL},

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -20,12 +19,15 @@ import (
 	"github.com/ferryhq/ferry/services/worker/handlers"
 )
 
-// Config configures a worker.
+// Config configures a worker. A field read from an environment variable
+// names it; its default is the one platform/config.Vars declares (see
+// WithDefaults).
 type Config struct {
 	// Pool is the pool this worker serves (short or long); it consumes
-	// <prefix>jobs.dispatch.<pool> in group ferry-worker-<pool>. Defaults to short.
+	// <prefix>jobs.dispatch.<pool> in group ferry-worker-<pool>
+	// (FERRY_WORKER_POOL).
 	Pool string
-	// Concurrency is how many handlers run at once. Defaults to 64.
+	// Concurrency is how many handlers run at once (FERRY_WORKER_CONCURRENCY).
 	Concurrency int
 	// QueueSize bounds the dispatches fetched but not yet started; while it
 	// is full the worker pauses fetching, and resumes once it is half empty.
@@ -34,13 +36,15 @@ type Config struct {
 	// a queue smaller than that makes the worker pause and resume fetching
 	// all the time. Defaults to max(Concurrency, 1024).
 	QueueSize int
-	// WorkerID identifies this worker in events. Defaults to hostname-pid.
+	// WorkerID identifies this worker in events (FERRY_WORKER_ID). Defaults
+	// to hostname-pid.
 	WorkerID string
 	// Grace is how long running handlers may take to finish once Run's
-	// context is done; the rest are cancelled and handed back. Defaults to 25s.
+	// context is done; the rest are cancelled and handed back
+	// (FERRY_WORKER_GRACE).
 	Grace time.Duration
 	// Heartbeat is how often a running job reports progress (its lease
-	// heartbeat). Defaults to 5s.
+	// heartbeat; FERRY_WORKER_HEARTBEAT).
 	Heartbeat time.Duration
 	// ProgressInterval is the shortest gap between two progress events of
 	// one job; reports in between are coalesced. Defaults to 100ms.
@@ -54,9 +58,6 @@ type Config struct {
 	// RememberJobs is how many recently run jobs the worker remembers to
 	// drop late or repeated dispatches. Defaults to 100000.
 	RememberJobs int
-	// OutboundAllow are the prefixes the built-in http handler may reach
-	// despite the SSRF guard. Defaults to none.
-	OutboundAllow []netip.Prefix
 	// SecretKey (FERRY_SECRET_KEY) opens the tenants' http signing secrets
 	// the api sealed. When empty, SecretKeyFile is used (development).
 	SecretKey []byte
@@ -68,21 +69,22 @@ type Config struct {
 	// own address. Empty: async http jobs fail permanent.
 	CallbackURL string
 	// AsyncLease is the lease of an async http job whose payload sets none:
-	// how long its receiver may go between two reports. Defaults to 5m.
+	// how long its receiver may go between two reports (FERRY_HTTP_ASYNC_LEASE).
 	AsyncLease time.Duration
 	// CallbackTokenTTL bounds how long an async http job's attempt may be
-	// held in all: its callback token expires then. Defaults to 24h.
+	// held in all: its callback token expires then
+	// (FERRY_HTTP_CALLBACK_TOKEN_TTL).
 	CallbackTokenTTL time.Duration
 
 	loadErr error
 }
 
-// WithDefaults returns c with zero fields set to their defaults.
+// WithDefaults returns c with zero fields set to their defaults: a setting
+// read from an environment variable takes the default platform/config.Vars
+// declares for it, the others the default written here.
 func (c Config) WithDefaults() Config {
-	if c.Pool == "" {
-		c.Pool = schema.PoolShort
-	}
-	config.Default(&c.Concurrency, 64)
+	config.DefaultVar(&c.Pool, "FERRY_WORKER_POOL")
+	config.DefaultVar(&c.Concurrency, "FERRY_WORKER_CONCURRENCY")
 	config.Default(&c.QueueSize, max(c.Concurrency, 1024))
 	if c.WorkerID == "" {
 		host, _ := os.Hostname()
@@ -91,14 +93,14 @@ func (c Config) WithDefaults() Config {
 		}
 		c.WorkerID = fmt.Sprintf("%s-%d", host, os.Getpid())
 	}
-	config.Default(&c.Grace, 25*time.Second)
-	config.Default(&c.Heartbeat, 5*time.Second)
+	config.DefaultVar(&c.Grace, "FERRY_WORKER_GRACE")
+	config.DefaultVar(&c.Heartbeat, "FERRY_WORKER_HEARTBEAT")
 	config.Default(&c.ProgressInterval, 100*time.Millisecond)
 	config.Default(&c.StatusInterval, time.Second)
 	config.Default(&c.MaxResultBytes, 64<<10)
 	config.Default(&c.RememberJobs, 100_000)
-	config.Default(&c.AsyncLease, 5*time.Minute)
-	config.Default(&c.CallbackTokenTTL, 24*time.Hour)
+	config.DefaultVar(&c.AsyncLease, "FERRY_HTTP_ASYNC_LEASE")
+	config.DefaultVar(&c.CallbackTokenTTL, "FERRY_HTTP_CALLBACK_TOKEN_TTL")
 	return c
 }
 
@@ -111,11 +113,11 @@ func (c Config) Validate() error {
 	if c.Concurrency < 1 {
 		errs = append(errs, errors.New("FERRY_WORKER_CONCURRENCY must be ≥ 1"))
 	}
-	if c.QueueSize < 1 {
-		errs = append(errs, errors.New("worker queue size must be ≥ 1"))
-	}
-	if c.Grace < 0 || c.Heartbeat <= 0 || c.ProgressInterval <= 0 || c.StatusInterval <= 0 {
+	if c.Grace < 0 || c.Heartbeat <= 0 {
 		errs = append(errs, errors.New("FERRY_WORKER_GRACE must be ≥ 0 and FERRY_WORKER_HEARTBEAT > 0"))
+	}
+	if c.QueueSize < 1 || c.ProgressInterval <= 0 || c.StatusInterval <= 0 || c.MaxResultBytes < 1 || c.RememberJobs < 1 {
+		errs = append(errs, errors.New("worker: QueueSize, ProgressInterval, StatusInterval, MaxResultBytes and RememberJobs must be > 0"))
 	}
 	errs = append(errs, handlers.CheckAsyncLease(c.AsyncLease, "FERRY_HTTP_ASYNC_LEASE"))
 	if c.CallbackTokenTTL < c.AsyncLease {
@@ -137,7 +139,6 @@ func LoadConfig(l *config.Loader) Config {
 		WorkerID:      l.String("FERRY_WORKER_ID"),
 		Grace:         l.Duration("FERRY_WORKER_GRACE"),
 		Heartbeat:     l.Duration("FERRY_WORKER_HEARTBEAT"),
-		OutboundAllow: l.Prefixes("FERRY_OUTBOUND_ALLOW"),
 		SecretKeyFile: filepath.Join(l.String("FERRY_DATA_DIR"), "secret-key"),
 
 		CallbackURL:      l.String("FERRY_CALLBACK_URL"),
@@ -172,9 +173,9 @@ func Build(ctx context.Context, deps *service.Deps, l *config.Loader) (service.C
 //		r.Register("email.send", sendEmail)
 //	}))
 func BuildWith(register func(*Registry)) service.Builder {
-	return func(_ context.Context, deps *service.Deps, l *config.Loader) (service.Component, error) {
+	return func(ctx context.Context, deps *service.Deps, l *config.Loader) (service.Component, error) {
 		cfg := LoadConfig(l).WithDefaults()
-		opts, err := handlerOptions(deps, cfg)
+		opts, err := handlerOptions(ctx, deps, cfg)
 		if err != nil {
 			return nil, err
 		}

@@ -307,7 +307,8 @@ func TestHTTPHandler(t *testing.T) {
 	}))
 	defer srv.Close()
 	b := newBench(t)
-	b.start(worker.Config{OutboundAllow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}, nil)
+	b.deps.Common.OutboundAllow = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
+	b.start(worker.Config{}, nil)
 
 	ok := b.dispatch("http", map[string]any{"method": "POST", "url": srv.URL + "/ok", "body": map[string]int{"a": 1}}, withAttempt(2))
 	var res struct {
@@ -412,8 +413,13 @@ func TestBuildReadsConfig(t *testing.T) {
 	env := map[string]string{"FERRY_WORKER_CONCURRENCY": "3", "FERRY_WORKER_POOL": "long", "FERRY_OUTBOUND_ALLOW": "10.0.0.0/8",
 		"FERRY_DATA_DIR": t.TempDir()}
 	l := config.NewLoader(func(k string) (string, bool) { v, ok := env[k]; return v, ok })
-	if cfg := worker.LoadConfig(l).WithDefaults(); cfg.Concurrency != 3 || cfg.Pool != "long" || len(cfg.OutboundAllow) != 1 || cfg.Grace != 25*time.Second {
+	if cfg := worker.LoadConfig(l).WithDefaults(); cfg.Concurrency != 3 || cfg.Pool != "long" || cfg.Grace != 25*time.Second {
 		t.Errorf("config = %+v", cfg)
+	}
+	// The allowlist is shared by every service: the worker takes it from
+	// deps.Common, which config.LoadCommon reads.
+	if allow := config.LoadCommon(l).OutboundAllow; len(allow) != 1 || allow[0].String() != "10.0.0.0/8" {
+		t.Errorf("FERRY_OUTBOUND_ALLOW = %v", allow)
 	}
 	comp, err := worker.Build(context.Background(), b.deps, l)
 	if err != nil || comp == nil || l.Err() != nil {

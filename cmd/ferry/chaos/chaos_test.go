@@ -34,14 +34,14 @@ func TestWorkerKilled(t *testing.T) {
 	waitFor(t, 30*time.Second, "both workers in the dispatch group", func() bool { return c.groupMembers("ferry-worker-short") == 2 })
 
 	ids := c.submit(sleepJobs(16, 2500)...)
-	waitFor(t, 30*time.Second, "the victim running jobs", func() bool { return len(c.rec.startedBy("victim")) >= 2 })
+	waitFor(t, 30*time.Second, "the victim running jobs", func() bool { return len(startedBy(c.rec, "victim")) >= 2 })
 	c.signal(victim, syscall.SIGKILL)
 	c.wait(victim, 10*time.Second)
 	killedAt := time.Now()
 
 	c.account(ids, "succeeded", 120*time.Second)
 	lost := 0
-	for id := range c.rec.startedBy("victim") {
+	for id := range startedBy(c.rec, "victim") {
 		done := eventsOf[schema.Completed](c.rec, id)
 		if len(done) != 1 {
 			continue // reported above
@@ -81,7 +81,7 @@ func TestSchedulerKilled(t *testing.T) {
 		ids = append(ids, c.submit(sleepJobs(100, 50+10*i)...)...)
 	}
 	waitFor(t, 30*time.Second, "some jobs completed", func() bool {
-		return c.rec.count(isCompleted) >= 20
+		return c.rec.Count(isCompleted) >= 20
 	})
 	c.signal(sched, syscall.SIGKILL)
 	c.wait(sched, 10*time.Second)
@@ -115,7 +115,7 @@ func TestRedisFlushed(t *testing.T) {
 	}
 	ids = append(ids, c.submit(retried...)...)
 	waitFor(t, 30*time.Second, "some jobs completed", func() bool {
-		return c.rec.count(isCompleted) >= 40
+		return c.rec.Count(isCompleted) >= 40
 	})
 	rebuiltBefore := logCount(s1, "scheduler state rebuilt") + logCount(s2, "scheduler state rebuilt")
 	c.flushRedis()
@@ -233,7 +233,7 @@ func TestWorkerSIGTERM(t *testing.T) {
 
 	ids := c.submit(sleepJobs(8, 8000)...)               // handed back
 	ids = append(ids, c.submit(sleepJobs(8, 500)...)...) // finish within the grace
-	waitFor(t, 30*time.Second, "the victim running jobs", func() bool { return len(c.rec.startedBy("victim")) >= 4 })
+	waitFor(t, 30*time.Second, "the victim running jobs", func() bool { return len(startedBy(c.rec, "victim")) >= 4 })
 	termAt := time.Now()
 	c.signal(victim, syscall.SIGTERM)
 	if code := c.wait(victim, grace+30*time.Second); code != 0 {
@@ -244,7 +244,7 @@ func TestWorkerSIGTERM(t *testing.T) {
 
 	c.account(ids, "succeeded", 120*time.Second)
 	var handedBack []schema.JobRef
-	for _, ev := range c.rec.snapshot() {
+	for _, ev := range c.rec.Events() {
 		if ws, ok := ev.Data.(schema.WorkerStatus); ok && ws.WorkerID == "victim" && ws.Stopping {
 			handedBack = append(handedBack, ws.HandedBack...)
 		}

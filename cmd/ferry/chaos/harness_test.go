@@ -427,54 +427,23 @@ func (c *cluster) describeGroup(group string) kadm.DescribedGroup {
 }
 
 // recorder keeps every event of the lifecycle and workers topics.
-type recorder struct {
-	mu     sync.Mutex
-	events []schema.Event
-}
+// recorder is the shared Kafka event recorder (testenv.Recorder).
+type recorder = testenv.Recorder
 
+// record records the cluster's workers topic and its lifecycle topics.
 func (c *cluster) record() *recorder {
 	c.t.Helper()
 	topics := []string{c.topics.Workers()}
 	for _, et := range []schema.EventType{schema.EventEnqueued, schema.EventStarted, schema.EventCompleted, schema.EventFailed, schema.EventDLQ, schema.EventCancelled} {
 		topics = append(topics, c.topics.Lifecycle(et))
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(c.brokers), kgo.ConsumeTopics(topics...),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(100*time.Millisecond),
-		kgo.MetadataMinAge(100*time.Millisecond))
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	r := &recorder{}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for ctx.Err() == nil {
-			cl.PollFetches(ctx).EachRecord(func(rec *kgo.Record) {
-				ev, err := schema.Decode(rec)
-				if err != nil {
-					return
-				}
-				r.mu.Lock()
-				r.events = append(r.events, ev)
-				r.mu.Unlock()
-			})
-		}
-	}()
-	c.t.Cleanup(func() { cancel(); <-done; cl.Close() })
-	return r
-}
-
-func (r *recorder) snapshot() []schema.Event {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return append([]schema.Event(nil), r.events...)
+	return testenv.Record(c.t, []string{c.brokers}, topics...)
 }
 
 // of returns the recorded lifecycle events of job id, of type T.
 func eventsOf[T schema.Lifecycle](r *recorder, id string) []T {
 	var out []T
-	for _, ev := range r.snapshot() {
+	for _, ev := range r.Events() {
 		if d, ok := ev.Data.(T); ok && d.Ref().JobID == id {
 			out = append(out, d)
 		}
@@ -482,21 +451,10 @@ func eventsOf[T schema.Lifecycle](r *recorder, id string) []T {
 	return out
 }
 
-// count counts recorded events matching.
-func (r *recorder) count(match func(schema.Event) bool) int {
-	n := 0
-	for _, ev := range r.snapshot() {
-		if match(ev) {
-			n++
-		}
-	}
-	return n
-}
-
 // startedBy is the set of jobs with a started event from worker.
-func (r *recorder) startedBy(worker string) map[string]bool {
+func startedBy(r *recorder, worker string) map[string]bool {
 	out := map[string]bool{}
-	for _, ev := range r.snapshot() {
+	for _, ev := range r.Events() {
 		if s, ok := ev.Data.(schema.Started); ok && s.WorkerID == worker {
 			out[s.JobID] = true
 		}
@@ -526,7 +484,7 @@ func (c *cluster) account(ids []string, want string, d time.Duration) map[string
 	})
 	time.Sleep(time.Second) // let a duplicate completion show up
 	completed := map[string]int{}
-	for _, ev := range c.rec.snapshot() {
+	for _, ev := range c.rec.Events() {
 		if cm, ok := ev.Data.(schema.Completed); ok {
 			completed[cm.JobID]++
 		}
@@ -548,16 +506,8 @@ func (c *cluster) account(ids []string, want string, d time.Duration) map[string
 	return rows
 }
 
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
+// waitFor is testenv.WaitFor under the short name these tests use.
+var waitFor = testenv.WaitFor
 
 func num(v any) int {
 	switch x := v.(type) {

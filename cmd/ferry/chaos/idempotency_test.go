@@ -117,7 +117,7 @@ func (c *cluster) oneJobPerKey(key, id, point string) {
 		return len(eventsOf[schema.Enqueued](c.rec, id)) > 0
 	})
 	jobs := map[string]int{}
-	for _, ev := range c.rec.snapshot() {
+	for _, ev := range c.rec.Events() {
 		if e, ok := ev.Data.(schema.Enqueued); ok && e.IdempotencyKey == key {
 			jobs[e.JobID]++
 		}
@@ -148,7 +148,7 @@ func (c *cluster) diagnose(ids []string, d time.Duration) {
 	}
 	for _, id := range ids {
 		var types []string
-		for _, ev := range c.rec.snapshot() {
+		for _, ev := range c.rec.Events() {
 			if l, ok := ev.Data.(schema.Lifecycle); ok && l.Ref().JobID == id {
 				types = append(types, string(ev.Type))
 			}

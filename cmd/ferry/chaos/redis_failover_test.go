@@ -39,14 +39,14 @@ func TestRedisFailoverLostWrites(t *testing.T) {
 	c.start("worker", "worker", map[string]string{"FERRY_WORKER_CONCURRENCY": "16"})
 
 	l := c.startLoad(4, 150*time.Millisecond, c.apiBase)
-	waitFor(t, 60*time.Second, "jobs completing under load", func() bool { return c.rec.count(isCompleted) >= 40 })
+	waitFor(t, 60*time.Second, "jobs completing under load", func() bool { return c.rec.Count(isCompleted) >= 40 })
 	waitFor(t, 30*time.Second, "the replica in sync", func() bool { return replica.inSync(t, primary) })
 
 	// The replica loses its primary (REPLICAOF an address nobody answers
 	// keeps its data and stops replication) while jobs go on.
 	replica.do(t, "REPLICAOF", "127.0.0.1", freePort(t))
-	lag := c.rec.count(isCompleted)
-	waitFor(t, 60*time.Second, "writes the replica misses", func() bool { return c.rec.count(isCompleted) >= lag+60 })
+	lag := c.rec.Count(isCompleted)
+	waitFor(t, 60*time.Second, "writes the replica misses", func() bool { return c.rec.Count(isCompleted) >= lag+60 })
 	if n := logCount(sched, "Redis went back in time"); n != 0 {
 		t.Fatalf("a rewind before the failover: %d", n)
 	}

@@ -56,7 +56,7 @@ func TestRollingRestartUnderLoad(t *testing.T) {
 		waitFor(t, 60*time.Second, "two members in "+g, func() bool { return c.groupMembers(g) == 2 })
 	}
 	l := c.startLoad(4, 200*time.Millisecond, rs[0].proc.base, rs[1].proc.base)
-	waitFor(t, 60*time.Second, "jobs completing under load", func() bool { return c.rec.count(isCompleted) >= 20 })
+	waitFor(t, 60*time.Second, "jobs completing under load", func() bool { return c.rec.Count(isCompleted) >= 20 })
 
 	for i, r := range rs {
 		c.roll(r, i, l, rs)
@@ -102,7 +102,7 @@ func (c *cluster) roll(r *replica, i int, l *load, all []*replica) {
 func (c *cluster) onceEach(ids []string) {
 	c.t.Helper()
 	started, failed, dead := map[string]int{}, map[string]int{}, map[string]int{}
-	for _, ev := range c.rec.snapshot() {
+	for _, ev := range c.rec.Events() {
 		switch d := ev.Data.(type) {
 		case schema.Started:
 			started[d.JobID]++
@@ -160,7 +160,7 @@ func TestAPIKilledStatusTakeover(t *testing.T) {
 	waitFor(t, 60*time.Second, "two members in "+apiGroup, func() bool { return c.groupMembers(apiGroup) == 2 })
 
 	l := c.startLoad(4, 150*time.Millisecond, survivor.base)
-	waitFor(t, 60*time.Second, "jobs completing under load", func() bool { return c.rec.count(isCompleted) >= 40 })
+	waitFor(t, 60*time.Second, "jobs completing under load", func() bool { return c.rec.Count(isCompleted) >= 40 })
 	c.kill(settled)
 	killedAt := time.Now()
 	lastShown := time.Now()

@@ -79,8 +79,8 @@ func TestTypeRouting(t *testing.T) {
 		time.Sleep(150 * time.Millisecond)
 	}
 	c.account(append(append(ids, reports...), sleeps...), "succeeded", 120*time.Second)
-	checkRouting(t, c.rec.snapshot())
-	t.Logf("%d jobs under load through the rolling restart; %d dispatches rejected and re-routed", len(ids), rejected(c.rec.snapshot()))
+	checkRouting(t, c.rec.Events())
+	t.Logf("%d jobs under load through the rolling restart; %d dispatches rejected and re-routed", len(ids), rejected(c.rec.Events()))
 }
 
 // rollWorker stops the worker old (SIGTERM, graceful) and starts its successor

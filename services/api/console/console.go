@@ -41,7 +41,8 @@ var assets = func() fs.FS {
 
 // Config are the console's settings.
 type Config struct {
-	// SessionTTL is how long a sign-in lasts. Default 12h.
+	// SessionTTL is how long a sign-in lasts (FERRY_CONSOLE_SESSION_TTL;
+	// its default is declared in platform/config.Vars).
 	SessionTTL time.Duration
 }
 
@@ -52,7 +53,7 @@ func LoadConfig(l *config.Loader) Config {
 
 // WithDefaults fills unset settings.
 func (c Config) WithDefaults() Config {
-	config.Default(&c.SessionTTL, 12*time.Hour)
+	config.DefaultVar(&c.SessionTTL, "FERRY_CONSOLE_SESSION_TTL")
 	return c
 }
 

@@ -22,6 +22,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/ferryhq/ferry/events/schema"
+	"github.com/ferryhq/ferry/platform/config"
 	"github.com/ferryhq/ferry/platform/outbound"
 	"github.com/ferryhq/ferry/platform/secretbox"
 	"github.com/ferryhq/ferry/platform/signing"
@@ -29,13 +30,16 @@ import (
 	"github.com/ferryhq/ferry/services/webhooks/internal/store"
 )
 
-// Config of the loop. Zero fields take the documented defaults.
+// Config of the loop. Zero fields take their defaults: the service passes
+// its own settings; a field named after an environment variable defaults as
+// that variable does (platform/config.Vars).
 type Config struct {
-	// Concurrency bounds requests in flight. Defaults to 64.
+	// Concurrency bounds requests in flight (FERRY_WEBHOOKS_CONCURRENCY).
 	Concurrency int
-	// PerEndpoint bounds requests in flight to one endpoint. Defaults to 4.
+	// PerEndpoint bounds requests in flight to one endpoint
+	// (FERRY_WEBHOOKS_ENDPOINT_CONCURRENCY).
 	PerEndpoint int
-	// Timeout bounds one request. Defaults to 10s.
+	// Timeout bounds one request (FERRY_WEBHOOKS_TIMEOUT).
 	Timeout time.Duration
 	// Retry is the retry schedule.
 	Retry policy.Retry
@@ -49,21 +53,11 @@ type Config struct {
 }
 
 func (c Config) withDefaults() Config {
-	if c.Concurrency <= 0 {
-		c.Concurrency = 64
-	}
-	if c.PerEndpoint <= 0 {
-		c.PerEndpoint = 4
-	}
-	if c.Timeout <= 0 {
-		c.Timeout = 10 * time.Second
-	}
-	if c.Poll <= 0 {
-		c.Poll = 250 * time.Millisecond
-	}
-	if c.MaxResponseBytes <= 0 {
-		c.MaxResponseBytes = 64 << 10
-	}
+	config.DefaultVar(&c.Concurrency, "FERRY_WEBHOOKS_CONCURRENCY")
+	config.DefaultVar(&c.PerEndpoint, "FERRY_WEBHOOKS_ENDPOINT_CONCURRENCY")
+	config.DefaultVar(&c.Timeout, "FERRY_WEBHOOKS_TIMEOUT")
+	config.Default(&c.Poll, 250*time.Millisecond)
+	config.Default(&c.MaxResponseBytes, 64<<10)
 	return c
 }
 
