@@ -385,6 +385,63 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/webhooks/{id}/deliveries/{delivery}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** One delivery with its request and every attempt's response */
+        get: operations["getDelivery"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/webhooks/{id}/deliveries/{delivery}/replay": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Send a delivery once more, now, signed afresh
+         * @description The delivery (delivered, failed or cancelled) goes back to `pending` and is sent once, with the same `webhook-id` (receivers that deduplicate on it will see a duplicate), signed with the endpoint's current secret at the time of sending. The attempt is logged as a replay with the caller's key id. A failed replay is not retried: the delivery is `failed` again.
+         */
+        post: operations["replayDelivery"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/webhooks/deliveries": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The webhook deliveries a job's events caused, newest first
+         * @description Deliveries to every webhook of the tenant, deleted ones included.
+         */
+        get: operations["listJobDeliveries"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/admin/tenants": {
         parameters: {
             query?: never;
@@ -756,7 +813,7 @@ export interface paths {
         };
         /**
          * List the dispatch rate limits in effect
-         * @description The caller's dispatch rate limits as the scheduler applies them (set with `flow_control` on the tenant), with the jobs each holds back. One page.
+         * @description The caller's dispatch rate limits as the scheduler applies them (set with `flow_control` on the tenant), with the jobs each holds back: by job type (`type`), then by concurrency key (`key`). One page.
          */
         get: operations["listRateLimits"];
         put?: never;
@@ -1378,6 +1435,8 @@ export interface components {
              * @description dead_at < to; after from
              */
             to?: string;
+            /** @description Every one must be on the job */
+            tags?: string[];
         };
         /** @description Optional edits; an empty body re-drives the original submission. */
         DLQRedriveRequest: {
@@ -1418,16 +1477,17 @@ export interface components {
             redriven: number;
             /** @description Not produced; still re-drivable */
             failed: number;
-            /** @description Still matching; call again while > 0 */
+            /** @description Entries listed when the call started that match and are still not re-driven (the call's limit, or failures); call again while > 0. Entries that died during the call (its own re-driven jobs among them) are left to a later call */
             remaining: number;
         };
-        /** @description One audit row: one lifecycle event, hash-chained (docs/audit.md). */
+        /** @description One audit row: one lifecycle event, or a change that is about no job (schedule.changed, tenant.changed, breaker.changed; job_id "", attempt 0), hash-chained (docs/audit.md). */
         AuditEvent: {
             /** @description The event's CloudEvents id (UUIDv7) */
             event_id: string;
             tenant_id: string;
             job_id: string;
-            type: components["schemas"]["EventType"];
+            /** @description A lifecycle event's short name, or the type of a change row. */
+            type: components["schemas"]["EventType"] | ("schedule.changed" | "tenant.changed" | "breaker.changed");
             attempt: number;
             /**
              * Format: date-time
@@ -1540,6 +1600,10 @@ export interface components {
         WebhookDelivery: {
             /** @description The `webhook-id` header, the same on every attempt */
             id: string;
+            /** @description The webhook the delivery is sent to */
+            endpoint_id: string;
+            /** @description The job whose event the delivery sends */
+            job_id: string;
             event_id: string;
             event_type: components["schemas"]["EventType"];
             /** @enum {string} */
@@ -1557,6 +1621,8 @@ export interface components {
             delivered_at?: string;
             /** Format: date-time */
             created_at: string;
+            /** @description Key id of a replay asked for and not sent yet */
+            replay_requested_by?: string;
         };
         WebhookDeliveryList: {
             deliveries: components["schemas"]["WebhookDelivery"][];
@@ -1664,7 +1730,7 @@ export interface components {
             /** @description Default 30s; 1s to 24h. */
             cooldown?: components["schemas"]["Duration"];
         };
-        /** @description Dispatch flow control by job type (docs/flow-control.md), applied by the scheduler within about 2 s. A PATCH replaces it whole; null removes it. Breakers are off unless configured. */
+        /** @description Dispatch flow control by job type and concurrency key (docs/flow-control.md), applied by the scheduler within about 2 s. A PATCH replaces it whole; null removes it. Breakers are off unless configured. */
         FlowControl: {
             /**
              * @description Job type → dispatch token bucket: at most per_second starts per second, burst at once. Jobs over the limit wait (they never fail).
@@ -1693,6 +1759,21 @@ export interface components {
              */
             breakers?: {
                 [key: string]: components["schemas"]["BreakerConfig"];
+            };
+            /**
+             * @description Concurrency key → dispatch token bucket: at most per_second starts per second of the tenant's jobs carrying that `concurrency.key`, burst at once, on top of their type's limit. Jobs over the limit wait (they never fail). At most 100 keys.
+             * @example {
+             *       "customer-42": {
+             *         "per_second": 2,
+             *         "burst": 2
+             *       }
+             *     }
+             */
+            key_rate_limits?: {
+                [key: string]: {
+                    per_second: number;
+                    burst: number;
+                };
             };
         } | null;
         BreakerState: {
@@ -1864,6 +1945,46 @@ export interface components {
             schedules: components["schemas"]["Schedule"][];
             next_cursor: string;
         };
+        WebhookDeliveryLog: components["schemas"]["WebhookDelivery"] & {
+            /** @description What every attempt sends; only webhook-timestamp and webhook-signature differ between attempts */
+            request: {
+                /** @constant */
+                method: "POST";
+                url: string;
+                /** @description The request body (CloudEvents JSON), its first 64 KiB */
+                body: string;
+                body_truncated: boolean;
+            };
+            /** @description Every attempt, oldest first */
+            history: components["schemas"]["WebhookAttempt"][];
+        };
+        WebhookAttempt: {
+            attempt: number;
+            /** Format: date-time */
+            at: string;
+            /** @description Absent when no response came */
+            status_code?: number;
+            latency: components["schemas"]["Duration"];
+            error?: string;
+            /** @description The attempt was a replay asked for through the API */
+            replay: boolean;
+            /** @description Key id that asked for the replay */
+            replayed_by?: string;
+            /** @description Headers sent; each webhook-signature is shown as `v1,[redacted]` */
+            request_headers: {
+                [key: string]: string;
+            };
+            /** @description Null when no response came (connection error, timeout) */
+            response: null | {
+                /** @description At most 32 headers of at most 256 bytes; cookies, authorization and other credential-looking headers read `[redacted]` */
+                headers: {
+                    [key: string]: string;
+                };
+                /** @description The first 4 KiB of the response body, as UTF-8 text */
+                body: string;
+                body_truncated: boolean;
+            };
+        };
     };
     responses: never;
     parameters: never;
@@ -1881,6 +2002,10 @@ export interface operations {
                 queue?: string;
                 /** @description Repeat to require several tags */
                 tag?: string[];
+                /** @description created_at ≥ created_from (RFC 3339) */
+                created_from?: string;
+                /** @description created_at < created_to (RFC 3339); after created_from */
+                created_to?: string;
                 /** @description Opaque `next_cursor` of the previous page */
                 cursor?: string;
                 /** @description Defaults to 50; outside 1 to 500 is `400 invalid_parameter` with `fields.limit` */
@@ -1936,7 +2061,7 @@ export interface operations {
                     "application/json": components["schemas"]["JobList"];
                 };
             };
-            /** @description Invalid limit (`invalid_parameter`, with `fields.limit`) or cursor (`invalid_cursor`) */
+            /** @description Invalid limit (`invalid_parameter`, with `fields.limit`), creation time range (`invalid_parameter`, with `fields.created_from` or `fields.created_to`) or cursor (`invalid_cursor`) */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -2581,7 +2706,7 @@ export interface operations {
                 last_event_id?: string;
             };
             header?: {
-                /** @description Resume after this id: every missed event, in order, nothing twice (within FERRY_SSE_RETENTION, 24h) */
+                /** @description Resume after this id: every missed event, in order, nothing twice, while the id is within this sse-bridge process's in-memory log (FERRY_SSE_LOG_SIZE events, at most FERRY_SSE_RETENTION); an older id, or one from another process or replica, gets `event: reset` */
                 "Last-Event-ID"?: string;
             };
             path: {
@@ -2592,7 +2717,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description Server-Sent Events (docs/sse.md). The stream opens with `: ferry sse-bridge` and `retry: 2000`. Each message is `id: <log position>` (an increasing integer; send it back as `Last-Event-ID` to resume), `event: <name>` (the short lifecycle name `enqueued`, `started`, `progress`, `completed`, `failed`, `dlq`, `cancelled`, or a control message `reset` / `overflow`) and one `data:` line of JSON (schema StreamEvent; for control messages StreamControl). Lines starting with `:` are keep-alive comments (every FERRY_SSE_KEEPALIVE, 15s). `reset`: the Last-Event-ID is outside the retention window, re-sync from the REST API; the stream continues from the current position. `overflow`: the client fell too far behind and is disconnected; reconnect with its id to resume without loss. */
+            /** @description Server-Sent Events (docs/sse.md). The stream opens with `: ferry sse-bridge` and `retry: 2000`. Each message is `id: <log position>` (an increasing integer; send it back as `Last-Event-ID` to resume), `event: <name>` (the short lifecycle name `enqueued`, `started`, `progress`, `completed`, `failed`, `dlq`, `cancelled`, or a control message `reset` / `overflow`) and one `data:` line of JSON (schema StreamEvent; for control messages StreamControl). Lines starting with `:` are keep-alive comments (every FERRY_SSE_KEEPALIVE, 15s). `reset`: the Last-Event-ID is older than this process's in-memory log (FERRY_SSE_LOG_SIZE, FERRY_SSE_RETENTION) or from another sse-bridge process or replica, re-sync from the REST API; the stream continues from the current position. `overflow`: the client fell too far behind and is disconnected; reconnect with its id to resume without loss. */
             200: {
                 headers: {
                     /** @description no-cache */
@@ -2716,7 +2841,7 @@ export interface operations {
                 last_event_id?: string;
             };
             header?: {
-                /** @description Resume after this id: every missed event, in order, nothing twice (within FERRY_SSE_RETENTION, 24h) */
+                /** @description Resume after this id: every missed event, in order, nothing twice, while the id is within this sse-bridge process's in-memory log (FERRY_SSE_LOG_SIZE events, at most FERRY_SSE_RETENTION); an older id, or one from another process or replica, gets `event: reset` */
                 "Last-Event-ID"?: string;
             };
             path?: never;
@@ -2724,7 +2849,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description Server-Sent Events (docs/sse.md). The stream opens with `: ferry sse-bridge` and `retry: 2000`. Each message is `id: <log position>` (an increasing integer; send it back as `Last-Event-ID` to resume), `event: <name>` (the short lifecycle name `enqueued`, `started`, `progress`, `completed`, `failed`, `dlq`, `cancelled`, or a control message `reset` / `overflow`) and one `data:` line of JSON (schema StreamEvent; for control messages StreamControl). Lines starting with `:` are keep-alive comments (every FERRY_SSE_KEEPALIVE, 15s). `reset`: the Last-Event-ID is outside the retention window, re-sync from the REST API; the stream continues from the current position. `overflow`: the client fell too far behind and is disconnected; reconnect with its id to resume without loss. */
+            /** @description Server-Sent Events (docs/sse.md). The stream opens with `: ferry sse-bridge` and `retry: 2000`. Each message is `id: <log position>` (an increasing integer; send it back as `Last-Event-ID` to resume), `event: <name>` (the short lifecycle name `enqueued`, `started`, `progress`, `completed`, `failed`, `dlq`, `cancelled`, or a control message `reset` / `overflow`) and one `data:` line of JSON (schema StreamEvent; for control messages StreamControl). Lines starting with `:` are keep-alive comments (every FERRY_SSE_KEEPALIVE, 15s). `reset`: the Last-Event-ID is older than this process's in-memory log (FERRY_SSE_LOG_SIZE, FERRY_SSE_RETENTION) or from another sse-bridge process or replica, re-sync from the REST API; the stream continues from the current position. `overflow`: the client fell too far behind and is disconnected; reconnect with its id to resume without loss. */
             200: {
                 headers: {
                     /** @description no-cache */
@@ -2821,6 +2946,8 @@ export interface operations {
                 from?: string;
                 /** @description dead_at < to (RFC 3339); must be after from */
                 to?: string;
+                /** @description The job's tags; repeat to require several */
+                tag?: string[];
                 /** @description Opaque `next_cursor` of the previous page */
                 cursor?: string;
                 /** @description Defaults to 50 */
@@ -3805,7 +3932,7 @@ export interface operations {
             query?: {
                 /** @description Exact match */
                 job_id?: string;
-                /** @description Lifecycle event: the short name (`enqueued`, `started`, `progress`, `completed`, `failed`, `dlq`, `cancelled`); `ferry.job.<name>.v1` is accepted too */
+                /** @description Lifecycle event: the short name (`enqueued`, `started`, `progress`, `completed`, `failed`, `dlq`, `cancelled`; `ferry.job.<name>.v1` is accepted too), or a change row: `schedule.changed`, `tenant.changed`, `breaker.changed` (or its CloudEvents type, e.g. `ferry.schedule.changed.v1`) */
                 type?: string;
                 /** @description Exact match: API key id or emitting service */
                 actor?: string;
@@ -3949,7 +4076,7 @@ export interface operations {
                 format?: "ndjson" | "csv";
                 /** @description Exact match */
                 job_id?: string;
-                /** @description Lifecycle event: the short name (`enqueued`, `started`, `progress`, `completed`, `failed`, `dlq`, `cancelled`); `ferry.job.<name>.v1` is accepted too */
+                /** @description As on `GET /v1/audit/events`: a lifecycle event's short name (or `ferry.job.<name>.v1`), or `schedule.changed`, `tenant.changed`, `breaker.changed` */
                 type?: string;
                 /** @description Exact match: API key id or emitting service */
                 actor?: string;
@@ -4719,6 +4846,8 @@ export interface operations {
                      *       "deliveries": [
                      *         {
                      *           "id": "msg_5f0c2a9e4b1d7c3a8e6f0b2d4c6a8e0f",
+                     *           "endpoint_id": "wh_0193f0c27b1e7c3d9a4b5c6d7e8f9a0b",
+                     *           "job_id": "job_0193f0c2a1b27c3d8e4f5a6b7c8d9e0f",
                      *           "event_id": "0193f0c2-b2c3-7d4e-9f50-6a7b8c9d0e1f",
                      *           "event_type": "completed",
                      *           "status": "pending",
@@ -4731,6 +4860,8 @@ export interface operations {
                      *         },
                      *         {
                      *           "id": "msg_1a2b3c4d5e6f708192a3b4c5d6e7f809",
+                     *           "endpoint_id": "wh_0193f0c27b1e7c3d9a4b5c6d7e8f9a0b",
+                     *           "job_id": "job_0193f0c28a117d22b3334444555566aa",
                      *           "event_id": "0193f0c2-8a11-7d22-b333-444455556666",
                      *           "event_type": "dlq",
                      *           "status": "delivered",
@@ -4794,6 +4925,295 @@ export interface operations {
                      *       "error": {
                      *         "code": "webhook_not_found",
                      *         "message": "no webhook \"wh_0193f0c27b1e7c3d9a4b5c6d7e8f9a0b\"",
+                     *         "request_id": "host/abc-000001"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    getDelivery: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Webhook id */
+                id: string;
+                /** @description Delivery id (the `webhook-id`, `msg_…`) */
+                delivery: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The delivery log entry */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "id": "msg_5f0c2a9e4b1d7c3a8e6f0b2d4c6a8e0f",
+                     *       "endpoint_id": "wh_0193f0c27b1e7c3d9a4b5c6d7e8f9a0b",
+                     *       "job_id": "job_0193f0c2a1b27c3d8e4f5a6b7c8d9e0f",
+                     *       "event_id": "0193f0c2-b2c3-7d4e-9f50-6a7b8c9d0e1f",
+                     *       "event_type": "completed",
+                     *       "status": "failed",
+                     *       "attempts": 1,
+                     *       "last_status_code": 503,
+                     *       "last_latency": "120ms",
+                     *       "last_error": "HTTP 503: busy",
+                     *       "created_at": "2031-03-01T11:10:09Z",
+                     *       "request": {
+                     *         "method": "POST",
+                     *         "url": "https://example.com/ferry",
+                     *         "body": "{\"specversion\":\"1.0\",\"type\":\"ferry.job.completed.v1\",…}",
+                     *         "body_truncated": false
+                     *       },
+                     *       "history": [
+                     *         {
+                     *           "attempt": 1,
+                     *           "at": "2031-03-01T11:10:10Z",
+                     *           "status_code": 503,
+                     *           "latency": "120ms",
+                     *           "error": "HTTP 503: busy",
+                     *           "replay": false,
+                     *           "request_headers": {
+                     *             "Content-Type": "application/cloudevents+json",
+                     *             "User-Agent": "Ferry-Webhooks/1",
+                     *             "Webhook-Id": "msg_5f0c2a9e4b1d7c3a8e6f0b2d4c6a8e0f",
+                     *             "Webhook-Signature": "v1,[redacted]",
+                     *             "Webhook-Timestamp": "1930821010"
+                     *           },
+                     *           "response": {
+                     *             "headers": {
+                     *               "Content-Type": "text/plain",
+                     *               "Set-Cookie": "[redacted]"
+                     *             },
+                     *             "body": "busy",
+                     *             "body_truncated": false
+                     *           }
+                     *         }
+                     *       ]
+                     *     }
+                     */
+                    "application/json": components["schemas"]["WebhookDeliveryLog"];
+                };
+            };
+            /** @description Missing or invalid API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "unauthorized",
+                     *         "message": "missing or invalid API key",
+                     *         "request_id": "host/abc-000001"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description No such webhook (`webhook_not_found`) or delivery of it (`delivery_not_found`) for this tenant */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "delivery_not_found",
+                     *         "message": "no delivery \"msg_5f0c2a9e4b1d7c3a8e6f0b2d4c6a8e0f\" of this webhook",
+                     *         "request_id": "host/abc-000001"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    replayDelivery: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Webhook id */
+                id: string;
+                /** @description Delivery id (the `webhook-id`, `msg_…`) */
+                delivery: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The replay is queued; the delivery as it is now */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "id": "msg_5f0c2a9e4b1d7c3a8e6f0b2d4c6a8e0f",
+                     *       "endpoint_id": "wh_0193f0c27b1e7c3d9a4b5c6d7e8f9a0b",
+                     *       "job_id": "job_0193f0c2a1b27c3d8e4f5a6b7c8d9e0f",
+                     *       "event_id": "0193f0c2-b2c3-7d4e-9f50-6a7b8c9d0e1f",
+                     *       "event_type": "completed",
+                     *       "status": "pending",
+                     *       "attempts": 1,
+                     *       "last_status_code": 503,
+                     *       "last_latency": "120ms",
+                     *       "last_error": "HTTP 503: busy",
+                     *       "created_at": "2031-03-01T11:10:09Z",
+                     *       "replay_requested_by": "key_0193f0c2",
+                     *       "next_retry_at": "2031-03-01T11:20:00Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["WebhookDelivery"];
+                };
+            };
+            /** @description Missing or invalid API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "unauthorized",
+                     *         "message": "missing or invalid API key",
+                     *         "request_id": "host/abc-000001"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description No such webhook (`webhook_not_found`) or delivery of it (`delivery_not_found`) for this tenant */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "delivery_not_found",
+                     *         "message": "no delivery \"msg_5f0c2a9e4b1d7c3a8e6f0b2d4c6a8e0f\" of this webhook",
+                     *         "request_id": "host/abc-000001"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The delivery is still pending (`delivery_pending`: being sent or waiting for a retry), or the webhook is disabled (`webhook_disabled`: enable it first) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "delivery_pending",
+                     *         "message": "delivery \"msg_5f0c2a9e4b1d7c3a8e6f0b2d4c6a8e0f\" is still being sent or retried; replay it once it is delivered, failed or cancelled",
+                     *         "request_id": "host/abc-000001"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    listJobDeliveries: {
+        parameters: {
+            query: {
+                /** @description The job */
+                job_id: string;
+                /** @description Opaque `next_cursor` of the previous page */
+                cursor?: string;
+                /** @description Defaults to 50 */
+                limit?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of deliveries; `next_cursor` is empty on the last page */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "deliveries": [
+                     *         {
+                     *           "id": "msg_5f0c2a9e4b1d7c3a8e6f0b2d4c6a8e0f",
+                     *           "endpoint_id": "wh_0193f0c27b1e7c3d9a4b5c6d7e8f9a0b",
+                     *           "job_id": "job_0193f0c2a1b27c3d8e4f5a6b7c8d9e0f",
+                     *           "event_id": "0193f0c2-b2c3-7d4e-9f50-6a7b8c9d0e1f",
+                     *           "event_type": "completed",
+                     *           "status": "failed",
+                     *           "attempts": 1,
+                     *           "last_status_code": 503,
+                     *           "last_latency": "120ms",
+                     *           "last_error": "HTTP 503: busy",
+                     *           "created_at": "2031-03-01T11:10:09Z"
+                     *         }
+                     *       ],
+                     *       "next_cursor": ""
+                     *     }
+                     */
+                    "application/json": components["schemas"]["WebhookDeliveryList"];
+                };
+            };
+            /** @description No `job_id` (`invalid_parameter`, with `fields.job_id`), an invalid cursor (`invalid_cursor`) or limit (`invalid_parameter`); the admin key without `Ferry-Tenant` (`tenant_required`) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "invalid_parameter",
+                     *         "message": "job_id is required",
+                     *         "request_id": "host/abc-000001",
+                     *         "fields": {
+                     *           "job_id": "required"
+                     *         }
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Missing or invalid API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "unauthorized",
+                     *         "message": "missing or invalid API key",
                      *         "request_id": "host/abc-000001"
                      *       }
                      *     }
@@ -5275,6 +5695,24 @@ export interface operations {
                      *       "error": {
                      *         "code": "validation_failed",
                      *         "message": "Invalid fields",
+                     *         "request_id": "host/abc-000001"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The change could not be recorded for the audit log (Kafka unavailable); nothing changed, retry */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "unavailable",
+                     *         "message": "the job could not be stored; retry",
                      *         "request_id": "host/abc-000001"
                      *       }
                      *     }
@@ -6604,7 +7042,10 @@ export interface operations {
                 content: {
                     "application/json": {
                         rate_limits: {
-                            type: string;
+                            /** @description The job type of a type's limit (absent for a key's). */
+                            type?: string;
+                            /** @description The concurrency key of a key's limit (absent for a type's). */
+                            key?: string;
                             per_second: number;
                             burst: number;
                             waiting: number;
@@ -7653,6 +8094,24 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorResponse"];
                 };
             };
+            /** @description The change could not be recorded for the audit log (Kafka unavailable); nothing changed, retry */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "unavailable",
+                     *         "message": "the job could not be stored; retry",
+                     *         "request_id": "host/abc-000001"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
         };
     };
     getSchedule: {
@@ -7760,6 +8219,24 @@ export interface operations {
                      *       "error": {
                      *         "code": "not_found",
                      *         "message": "No such schedule for this tenant",
+                     *         "request_id": "host/abc-000001"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The change could not be recorded for the audit log (Kafka unavailable); nothing changed, retry */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "unavailable",
+                     *         "message": "the job could not be stored; retry",
                      *         "request_id": "host/abc-000001"
                      *       }
                      *     }
@@ -7891,6 +8368,24 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorResponse"];
                 };
             };
+            /** @description The change could not be recorded for the audit log (Kafka unavailable); nothing changed, retry */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "unavailable",
+                     *         "message": "the job could not be stored; retry",
+                     *         "request_id": "host/abc-000001"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
         };
     };
     pauseSchedule: {
@@ -7966,6 +8461,24 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorResponse"];
                 };
             };
+            /** @description The change could not be recorded for the audit log (Kafka unavailable); nothing changed, retry */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "unavailable",
+                     *         "message": "the job could not be stored; retry",
+                     *         "request_id": "host/abc-000001"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
         };
     };
     resumeSchedule: {
@@ -8034,6 +8547,24 @@ export interface operations {
                      *       "error": {
                      *         "code": "not_found",
                      *         "message": "No such schedule for this tenant",
+                     *         "request_id": "host/abc-000001"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The change could not be recorded for the audit log (Kafka unavailable); nothing changed, retry */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "unavailable",
+                     *         "message": "the job could not be stored; retry",
                      *         "request_id": "host/abc-000001"
                      *       }
                      *     }
@@ -8119,6 +8650,24 @@ export interface operations {
                      *       "error": {
                      *         "code": "rate_limited",
                      *         "message": "The tenant's submission limits refuse the job",
+                     *         "request_id": "host/abc-000001"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The change could not be recorded for the audit log (Kafka unavailable); nothing changed, retry */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "unavailable",
+                     *         "message": "the job could not be stored; retry",
                      *         "request_id": "host/abc-000001"
                      *       }
                      *     }
