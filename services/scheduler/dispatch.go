@@ -17,10 +17,31 @@ import (
 // produceTimeout bounds the produce of one dispatch step.
 const produceTimeout = 10 * time.Second
 
+// idleTickMax caps the fallback tick of a pool whose steps dispatch nothing.
+// Every event that can make a job dispatchable wakes the loop (the
+// consumer's Apply, a rebuild, a queue or breaker change) or is a due time
+// the step reports (delays, leases, gate refills), so the tick only bounds
+// what a missed wake could cost. At a constant 5 ms an idle scheduler ran
+// 400 empty steps a second over its two pools: ~7,800 Redis commands a
+// second and a fifth of a core with no job in sight.
+const idleTickMax = 100 * time.Millisecond
+
+// nextTick is the fallback tick after a step that dispatched n jobs: Tick
+// while jobs flow, doubling per empty step up to idleTickMax (or Tick, if
+// that is longer).
+func (s *Service) nextTick(prev time.Duration, n int) time.Duration {
+	if n > 0 || prev <= 0 {
+		return s.cfg.Tick
+	}
+	return min(2*prev, max(idleTickMax, s.cfg.Tick))
+}
+
 // dispatchLoop runs dispatch steps for pool: at once when woken by the
-// consumer, at the next due time or lease deadline, and on the fallback tick.
+// consumer, at the next due time or lease deadline, and on the fallback
+// tick (nextTick).
 func (s *Service) dispatchLoop(ctx context.Context, pool string) error {
-	tick := time.NewTicker(s.cfg.Tick)
+	var fallback time.Duration
+	tick := time.NewTimer(time.Hour)
 	defer tick.Stop()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
@@ -32,6 +53,7 @@ func (s *Service) dispatchLoop(ctx context.Context, pool string) error {
 		}
 		res, err := s.stepGated(ctx, pool, s.prefetch(&rate))
 		rate.add(s.cfg.Now(), len(res.Dispatched))
+		fallback = s.nextTick(fallback, len(res.Dispatched))
 		if errors.Is(err, qstore.ErrNoEpoch) {
 			// Wait for the rebuild; it wakes every loop when done.
 			s.stateLost()
@@ -63,6 +85,7 @@ func (s *Service) dispatchLoop(ctx context.Context, pool string) error {
 			// Scores are whole ms; wake just after the due ms begins.
 			timer.Reset(max(next.Sub(now), 0))
 		}
+		tick.Reset(fallback)
 		select {
 		case <-ctx.Done():
 			return nil
@@ -70,12 +93,8 @@ func (s *Service) dispatchLoop(ctx context.Context, pool string) error {
 		case <-timer.C:
 		case <-tick.C:
 		}
-		if !timer.Stop() {
-			select {
-			case <-timer.C:
-			default:
-			}
-		}
+		timer.Stop()
+		tick.Stop()
 	}
 }
 

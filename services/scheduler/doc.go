@@ -40,6 +40,7 @@
 // The consumer wakes the dispatch loops as soon as a batch makes a job
 // dispatchable or frees a slot. A loop also wakes at the next delayed due
 // time or lease deadline Redis reports, and on a fallback tick
-// (FERRY_SCHEDULER_TICK). Delayed jobs are stored by due time rounded up to
+// (FERRY_SCHEDULER_TICK, doubling per empty step up to idleTickMax while a
+// pool has nothing to dispatch). Delayed jobs are stored by due time rounded up to
 // the millisecond, so none is dispatched early.
 package scheduler
