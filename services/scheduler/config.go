@@ -9,6 +9,7 @@ import (
 	"github.com/ferryhq/ferry/events/schema"
 	"github.com/ferryhq/ferry/platform/config"
 	"github.com/ferryhq/ferry/platform/service"
+	"github.com/ferryhq/ferry/services/scheduler/internal/qstore"
 	"github.com/ferryhq/ferry/services/scheduler/internal/retry"
 )
 
@@ -112,8 +113,8 @@ func (c Config) WithDefaults() Config {
 	config.DefaultVar(&c.CheckpointInterval, "FERRY_SCHEDULER_CHECKPOINT_INTERVAL")
 	config.DefaultVar(&c.QueueIdle, "FERRY_SCHEDULER_QUEUE_IDLE")
 	config.Default(&c.WorkerTTL, 5*time.Second)
-	config.Default(&c.TerminalTTL, 7*24*time.Hour)
-	config.Default(&c.KeyPrefix, "ferry:sched:")
+	config.Default(&c.TerminalTTL, qstore.DefaultTerminalTTL)
+	config.Default(&c.KeyPrefix, qstore.DefaultPrefix)
 	if len(c.Pools) == 0 {
 		c.Pools = append([]string(nil), schema.Pools...)
 	}
@@ -122,7 +123,7 @@ func (c Config) WithDefaults() Config {
 	config.Default(&c.RebuildLockTTL, 30*time.Second)
 	config.Default(&c.EpochCheck, time.Second)
 	config.Default(&c.SettingsRefresh, 2*time.Second)
-	config.Default(&c.DefaultEstimate, time.Second)
+	config.Default(&c.DefaultEstimate, qstore.DefaultRunEstimate)
 	if c.Now == nil {
 		c.Now = time.Now
 	}

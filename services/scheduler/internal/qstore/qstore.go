@@ -51,6 +51,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ferryhq/ferry/events/schema"
+	"github.com/ferryhq/ferry/platform/config"
 	"github.com/ferryhq/ferry/platform/jobs"
 )
 
@@ -87,26 +88,22 @@ type Options struct {
 	DefaultEstimate time.Duration
 }
 
+// Defaults of the options that the scheduler's Config also carries: their
+// one home (Lease's is FERRY_SCHEDULER_LEASE in config.Vars).
+const (
+	DefaultPrefix      = "ferry:sched:"
+	DefaultTerminalTTL = 7 * 24 * time.Hour
+	DefaultRunEstimate = time.Second
+)
+
 // WithDefaults fills unset options.
 func (o Options) WithDefaults() Options {
-	if o.Prefix == "" {
-		o.Prefix = "ferry:sched:"
-	}
-	if o.Lease <= 0 {
-		o.Lease = 30 * time.Second
-	}
-	if o.TerminalTTL <= 0 {
-		o.TerminalTTL = 7 * 24 * time.Hour
-	}
-	if o.OutboxRetry <= 0 {
-		o.OutboxRetry = 30 * time.Second
-	}
-	if o.MaxOpsPerCall <= 0 {
-		o.MaxOpsPerCall = 512
-	}
-	if o.DefaultEstimate <= 0 {
-		o.DefaultEstimate = time.Second
-	}
+	config.Default(&o.Prefix, DefaultPrefix)
+	config.DefaultVar(&o.Lease, "FERRY_SCHEDULER_LEASE")
+	config.Default(&o.TerminalTTL, DefaultTerminalTTL)
+	config.Default(&o.OutboxRetry, 30*time.Second)
+	config.Default(&o.MaxOpsPerCall, 512)
+	config.Default(&o.DefaultEstimate, DefaultRunEstimate)
 	return o
 }
 
