@@ -44,6 +44,9 @@ func TestObservability(t *testing.T) {
 	copy(traceID[3:], fmt.Appendf(nil, "%013d", time.Now().UnixNano()%1e13))
 	parent := "00-" + traceID.String() + "-00f067aa0ba902b7-01"
 	id := e.submit(map[string]any{"type": "noop"}, "traceparent", parent)
+	// A schedule that fires every second, so the fire-delay histogram (only
+	// exported once something fired) is on /metrics whatever ran before.
+	e.createSchedule(map[string]any{"name": "observed", "cron": "* * * * * *", "job": map[string]any{"type": "noop"}})
 	done := e.waitStatus(id, "succeeded", 30*time.Second)
 	if done["trace_id"] != traceID.String() {
 		t.Fatalf("status trace_id = %v, want the request's trace %s", done["trace_id"], traceID)
@@ -145,7 +148,7 @@ func TestObservability(t *testing.T) {
 		"ferry_scheduler_dead_letters_total", "ferry_scheduler_lease_expiries_total",
 		"ferry_worker_handler_duration_seconds_bucket", "ferry_worker_attempts_bucket", "ferry_worker_start_latency_seconds_bucket",
 		"ferry_kafka_consumer_lag", "ferry_sse_connections", "ferry_sse_log_events", "ferry_sse_log_horizon_seconds", "ferry_webhooks_deliveries_total",
-		"http_server_request_duration_seconds_bucket",
+		"http_server_request_duration_seconds_bucket", "ferry_schedule_fire_delay_seconds_bucket",
 	}
 	groups := []string{"ferry-scheduler", "ferry-worker-short", "ferry-worker-long", "ferry-api-status", "ferry-dlq-entries",
 		"ferry-audit", "ferry-sse-log", "ferry-webhooks"}

@@ -108,7 +108,8 @@ OPERATIONS: dict[str, Operation] = {
         Operation("submitJob", "POST", "/v1/jobs", header_params=("Idempotency-Key",)),
         Operation("getJob", "GET", "/v1/jobs/{id}", path_params=("id",)),
         Operation("listJobs", "GET", "/v1/jobs",
-                  query_params=("status", "type", "queue", "tag", "cursor", "limit")),
+                  query_params=("status", "type", "queue", "tag", "created_from", "created_to",
+                                "cursor", "limit")),
         Operation("cancelJob", "POST", "/v1/jobs/{id}/cancel", path_params=("id",)),
         Operation("streamJobEvents", "GET", "/v1/jobs/{id}/events", path_params=("id",),
                   header_params=("Last-Event-ID",)),
@@ -185,9 +186,15 @@ class FerryClient:
 
     def list(self, *, status: Optional[Status] = None, type: Optional[str] = None,
              queue: Optional[str] = None, tags: Optional[list[str]] = None,
+             created_from: Optional[str] = None, created_to: Optional[str] = None,
              cursor: Optional[str] = None, limit: Optional[int] = None) -> JobList:
-        """One page of the tenant's jobs, newest first (GET /v1/jobs)."""
+        """One page of the tenant's jobs, newest first (GET /v1/jobs).
+
+        created_from (inclusive) and created_to (exclusive) bound the creation
+        time, as RFC 3339 strings (e.g. datetime.isoformat() of an aware datetime).
+        """
         query: dict[str, Any] = {"status": status, "type": type, "queue": queue, "tag": tags,
+                                 "created_from": created_from, "created_to": created_to,
                                  "cursor": cursor, "limit": limit}
         return json.loads(self._call("listJobs", query=query).body)
 

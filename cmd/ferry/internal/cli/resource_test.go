@@ -42,6 +42,11 @@ func jsonFields(t reflect.Type, prefix string) []string {
 	for i := range t.NumField() {
 		f := t.Field(i)
 		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if f.Anonymous && name == "" && f.Type.Kind() == reflect.Struct {
+			// encoding/json promotes an embedded struct's fields.
+			out = append(out, jsonFields(f.Type, prefix)...)
+			continue
+		}
 		if name == "" || name == "-" {
 			continue
 		}
