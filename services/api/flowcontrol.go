@@ -51,7 +51,6 @@ const (
 	maxBreakerWindow       = 24 * time.Hour
 )
 
-
 // apply validates the flow control (when set) and folds it into st,
 // filling the breakers' defaults.
 func (o optFlowControl) apply(st *auth.Settings, bad map[string]string) {
