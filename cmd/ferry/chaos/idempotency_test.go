@@ -35,6 +35,10 @@ func TestAPIKilledMidIdempotentSubmit(t *testing.T) {
 			keys[i] = fmt.Sprintf("%s-%d", point, i)
 		}
 		victim := c.start("api", "api-paused-"+point, map[string]string{"FERRY_API_TEST_PAUSE_AT": point})
+		// Killed only once settled in the status projection's group: a
+		// member killed with its JoinGroup in flight can stay in a kfake
+		// group for minutes, holding partitions (TestAPIKilledStatusTakeover).
+		waitFor(t, 60*time.Second, "the victim settled in "+apiGroup, func() bool { return c.groupMembers(apiGroup) == 2 })
 		held := c.hold(c.apiBase, keys)
 		waitFor(t, 30*time.Second, "every request held at "+point, func() bool {
 			return logCount(victim, "holding the request for a test") == len(keys)
@@ -53,6 +57,9 @@ func TestAPIKilledMidIdempotentSubmit(t *testing.T) {
 			c.oneJobPerKey(k, id, point)
 		}
 		t.Logf("%s: every key answered with its job %v after the kill", point, time.Since(killedAt).Round(100*time.Millisecond))
+		// The survivor takes over the dead api's status partitions once the
+		// group notices it; the next victim then joins a settled group.
+		waitFor(t, 150*time.Second, "the dead api gone from "+apiGroup, func() bool { return c.groupMembers(apiGroup) == 1 })
 	}
 	c.diagnose(ids, 60*time.Second)
 	c.account(ids, "succeeded", 30*time.Second)
