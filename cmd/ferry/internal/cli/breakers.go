@@ -53,12 +53,8 @@ func (r *runner) breakersFlagSet(name, synopsis string) (*flag.FlagSet, *common)
 
 func (r *runner) listBreakers(args []string) int {
 	fs, c := r.breakersFlagSet("list", "[flags]")
-	pos, code, ok := parse(fs, args)
-	if !ok {
+	if code, ok := parseNoArgs(fs, args); !ok {
 		return code
-	}
-	if len(pos) > 0 {
-		return usageError(fs, "unexpected argument %q", pos[0])
 	}
 	cl, rec, err := r.connect(c)
 	if err != nil {

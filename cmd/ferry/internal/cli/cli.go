@@ -124,6 +124,20 @@ func (r *runner) groupName() string {
 	return r.group
 }
 
+// parseNoArgs parses args for a command that takes flags only: a
+// positional argument is a usage error. It returns the exit code when the
+// command must stop.
+func parseNoArgs(fs *flag.FlagSet, args []string) (int, bool) {
+	pos, code, ok := parse(fs, args)
+	if !ok {
+		return code, false
+	}
+	if len(pos) > 0 {
+		return usageError(fs, "unexpected argument %q", pos[0]), false
+	}
+	return 0, true
+}
+
 // parse parses args allowing flags and positional arguments in any order
 // (`get ID --json` as well as `get --json ID`); "--" ends flag parsing.
 // It returns the positional arguments and, if parsing failed, the exit code.

@@ -38,12 +38,8 @@ func (r *runner) submit(args []string) int {
 	fs, c := r.newFlagSet("submit", "--type TYPE [flags]", submitDoc)
 	var f submitFlags
 	f.register(fs)
-	pos, code, ok := parse(fs, args)
-	if !ok {
+	if code, ok := parseNoArgs(fs, args); !ok {
 		return code
-	}
-	if len(pos) > 0 {
-		return usageError(fs, "unexpected argument %q", pos[0])
 	}
 	if msg := f.request(fs); msg != "" {
 		return usageError(fs, "%s", msg)
@@ -241,12 +237,8 @@ func (r *runner) list(args []string) int {
 	fs.IntVar(&opts.Limit, "limit", 0, "page size (server default when 0)")
 	fs.StringVar(&opts.Cursor, "cursor", "", "continue from this next_cursor")
 	fs.BoolVar(&all, "all", false, "follow next_cursor and list every page")
-	pos, code, ok := parse(fs, args)
-	if !ok {
+	if code, ok := parseNoArgs(fs, args); !ok {
 		return code
-	}
-	if len(pos) > 0 {
-		return usageError(fs, "unexpected argument %q", pos[0])
 	}
 	if opts.Limit < 0 {
 		return usageError(fs, "--limit must not be negative")

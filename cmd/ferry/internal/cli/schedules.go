@@ -277,12 +277,8 @@ func (r *runner) listSchedules(args []string) int {
 	var opts client.PageOptions
 	fs.IntVar(&opts.Limit, "limit", 50, "schedules per page (1-500)")
 	fs.StringVar(&opts.Cursor, "cursor", "", "next_cursor of the previous page")
-	pos, code, ok := parse(fs, args)
-	if !ok {
+	if code, ok := parseNoArgs(fs, args); !ok {
 		return code
-	}
-	if len(pos) > 0 {
-		return usageError(fs, "unexpected argument %q", pos[0])
 	}
 	cl, rec, err := r.connect(c)
 	if err != nil {
