@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ferryhq/ferry/events/schema"
+	"github.com/ferryhq/ferry/platform/jobs"
 	"github.com/ferryhq/ferry/platform/telemetry"
 	"github.com/ferryhq/ferry/services/scheduler/internal/qstore"
 )
@@ -41,7 +42,7 @@ const gaugeMaxInflight = 20000
 var counterQueues = telemetry.NewLabelValues(telemetry.MaxLabelValues)
 
 // queueOf is the queue label of t's job.
-func queueOf(t qstore.Template) string { return counterQueues.Value(qstore.QueueOf(t.Job)) }
+func queueOf(t qstore.Template) string { return counterQueues.Value(jobs.QueueOf(t.Job)) }
 
 type jobKey struct{ pool, queue, tenant string }
 type classKey struct {

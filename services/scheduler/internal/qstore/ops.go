@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/ferryhq/ferry/events/schema"
+	"github.com/ferryhq/ferry/platform/jobs"
 )
 
 // op is one operation of an apply script call.
@@ -200,7 +201,7 @@ func (b *Batch) Enqueue(e schema.Enqueued, recordTime time.Time) error {
 	if err != nil {
 		return fmt.Errorf("qstore: encode job spec: %w", err)
 	}
-	o := enqueueOp{JobID: e.JobID, TenantID: e.TenantID, Attempt: e.Attempt, Queue: QueueOf(e.Job), Pool: PoolOf(e.Job),
+	o := enqueueOp{JobID: e.JobID, TenantID: e.TenantID, Attempt: e.Attempt, Queue: jobs.QueueOf(e.Job), Pool: jobs.PoolOf(e.Job),
 		Priority: min(max(e.Job.Priority, 0), 9), Spec: string(spec), RedrivenFrom: e.RedrivenFrom, Type: e.Job.Type,
 		CreatedAt: e.CreatedAt.UTC().Format(time.RFC3339Nano)}
 	if len(e.History) > 0 {

@@ -52,7 +52,6 @@ import (
 
 	"github.com/ferryhq/ferry/events/schema"
 	"github.com/ferryhq/ferry/platform/config"
-	"github.com/ferryhq/ferry/platform/jobs"
 )
 
 var (
@@ -192,12 +191,6 @@ func (s *Store) Load(ctx context.Context) error {
 
 // Prefix is the key prefix in use.
 func (s *Store) Prefix() string { return s.opts.Prefix }
-
-// PoolOf returns the pool a job runs in (jobs.PoolOf).
-func PoolOf(spec schema.JobSpec) string { return jobs.PoolOf(spec) }
-
-// QueueOf returns the queue of a job (jobs.QueueOf).
-func QueueOf(spec schema.JobSpec) string { return jobs.QueueOf(spec) }
 
 // msCeil is t in Unix milliseconds, rounded up so a due time is never early.
 func msCeil(t time.Time) int64 {
