@@ -1,10 +1,13 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/ferryhq/ferry/platform/devstack"
 )
 
 // clockTicks is USER_HZ, the unit of utime and stime in /proc/<pid>/stat.
@@ -13,14 +16,20 @@ const clockTicks = 100
 
 // CPUTicks is CPU time (user + system, in clock ticks) per component of
 // the stack: the process tree under the serving process, grouped by what
-// each process is. `ferry dev` runs the api, scheduler, workers,
-// projections and the embedded Kafka broker in one process ("ferry");
-// Postgres (postmaster and every backend) and Redis are its children.
+// each process is. `ferry dev` runs the api, scheduler, workers and
+// projections in one process ("ferry"); the embedded Kafka broker
+// ("broker"), Postgres (postmaster and every backend) and Redis are its
+// children.
 type CPUTicks map[string]int64
+
+// cpuComponents are the components a CPU line names, in its order.
+var cpuComponents = []string{"ferry", "broker", "postgres", "redis"}
 
 // component names a process of the stack by its command name.
 func component(comm string) string {
 	switch {
+	case comm == devstack.KafkaProcessName:
+		return "broker"
 	case strings.HasPrefix(comm, "postgres"), strings.HasPrefix(comm, "postmaster"):
 		return "postgres"
 	case strings.HasPrefix(comm, "redis"):
@@ -126,4 +135,15 @@ func microsPerJob(a, b CPUTicks, n int) map[string]float64 {
 	}
 	out["total"] = round(float64(total)*1e6/clockTicks/float64(n), 1)
 	return out
+}
+
+// cpuLine formats microsPerJob's result: every component of cpuComponents
+// (0 when it ran no process of its own, as the broker of a stack that
+// reaches an external Kafka), then the total.
+func cpuLine(cpu map[string]float64) string {
+	parts := make([]string, 0, len(cpuComponents))
+	for _, c := range cpuComponents {
+		parts = append(parts, fmt.Sprintf("%s %.0f", c, cpu[c]))
+	}
+	return fmt.Sprintf("cpu µs per job: %s, total %.0f (the load generator not counted)", strings.Join(parts, ", "), cpu["total"])
 }

@@ -68,9 +68,18 @@ func TestCPUTreeCountsThisProcess(t *testing.T) {
 }
 
 func TestComponent(t *testing.T) {
-	for comm, want := range map[string]string{"postgres": "postgres", "redis-server": "redis", "ferry": "ferry", "ferry-bench": "ferry"} {
+	for comm, want := range map[string]string{"postgres": "postgres", "redis-server": "redis", "ferry": "ferry", "ferry-bench": "ferry",
+		"ferry-kafka": "broker"} {
 		if got := component(comm); got != want {
 			t.Errorf("component(%q) = %q, want %q", comm, got, want)
 		}
+	}
+}
+
+func TestCPULineNamesEveryProcess(t *testing.T) {
+	got := cpuLine(map[string]float64{"ferry": 300, "broker": 40, "postgres": 150, "redis": 100, "total": 590})
+	want := "cpu µs per job: ferry 300, broker 40, postgres 150, redis 100, total 590 (the load generator not counted)"
+	if got != want {
+		t.Fatalf("cpuLine = %q, want %q", got, want)
 	}
 }

@@ -395,8 +395,7 @@ func (p *Probe) perJob(a, b Counters, n int) (string, map[string]any) {
 		fmt.Sprintf("; jobs updates %.2f, of them HOT %.2f)", float64(jobs.Updates)/f, float64(jobs.HOTUpdates)/f)
 	cpu := microsPerJob(a.CPU, b.CPU, n)
 	if len(cpu) > 1 {
-		s += fmt.Sprintf("; cpu µs per job: ferry %.0f, postgres %.0f, redis %.0f, total %.0f (the load generator not counted)",
-			cpu["ferry"], cpu["postgres"], cpu["redis"], cpu["total"])
+		s += "; " + cpuLine(cpu)
 	}
 	detail := map[string]any{"kafka_records": recs, "table_row_writes": tables, "table_rows_fetched": fetched,
 		"jobs_updates": jobs.Updates, "jobs_hot_updates": jobs.HOTUpdates, "redis_calls": redisDelta, "postgres": pg, "jobs": n,

@@ -20,7 +20,7 @@ import (
 const usage = `Usage: ferry <command> [arguments]
 
 Commands:
-  dev     run the whole stack in one process (embedded Kafka, local Postgres and Redis): ferry dev -h
+  dev     run the whole stack: every service in one process, embedded Kafka, local Postgres and Redis: ferry dev -h
   jobs    submit, get, list and cancel jobs: ferry jobs help
   breakers list or reset the circuit breakers of your job types: ferry breakers help
   migrate apply or list every component's Postgres migrations, grant the runtime role, audit partition upkeep: ferry migrate help
@@ -47,6 +47,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 				return 0
 			}
 			fmt.Fprintln(stderr, "ferry dev:", err)
+			return 1
+		}
+		return 0
+	case devcmd.KafkaCommand: // hidden: the broker child of `ferry dev`
+		if err := devcmd.RunKafka(ctx, args[1:], stderr); err != nil {
+			fmt.Fprintln(stderr, "ferry "+devcmd.KafkaCommand+":", err)
 			return 1
 		}
 		return 0

@@ -44,6 +44,8 @@ type processSpec struct {
 	cred    *syscall.Credential
 	stopSig syscall.Signal // sent by Stop and on the parent's death
 	logPath string         // stdout and stderr are appended here
+	// extraFiles are inherited as descriptors 3, 4, …: a ready pipe.
+	extraFiles []*os.File
 }
 
 // startProcess starts spec in its own process group with a parent-death
@@ -59,6 +61,7 @@ func startProcess(spec processSpec) (*Process, error) {
 	cmd.Dir = spec.dir
 	cmd.Stdout = logf
 	cmd.Stderr = logf
+	cmd.ExtraFiles = spec.extraFiles
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		// Own process group: a terminal's Ctrl-C goes to the parent only,
 		// which stops the servers after its services have drained.

@@ -1,5 +1,5 @@
-// Package devcmd implements `ferry dev`: the whole pipeline in one process,
-// with an embedded Kafka broker and local Postgres and Redis child processes
+// Package devcmd implements `ferry dev`: every service in one process, with
+// an embedded Kafka broker and local Postgres and Redis as child processes
 // whose data lives under FERRY_DATA_DIR, so a restart loses nothing.
 package devcmd
 
@@ -18,7 +18,6 @@ import (
 	"time"
 
 	"github.com/ferryhq/ferry/cmd/ferry/internal/stack"
-	"github.com/ferryhq/ferry/events/schema"
 	"github.com/ferryhq/ferry/platform/auth"
 	"github.com/ferryhq/ferry/platform/config"
 	"github.com/ferryhq/ferry/platform/devstack"
@@ -31,7 +30,8 @@ const DefaultTenant = "default"
 
 const usage = `Usage: ferry dev [--ready-file PATH] [--env-file PATH]
 
-Runs the whole stack in one process. Once /readyz answers 200, it writes what a client,
+Runs every service in one process, with the embedded Kafka broker, Postgres and Redis
+as its child processes. Once /readyz answers 200, it writes what a client,
 a worker of your own or a test needs to join it (API URL, keys, Kafka
 brokers, Postgres and Redis URLs, FERRY_SECRET_KEY) as JSON to the ready file
 and as shell exports to the env file, both mode 0600 (they hold secrets), and
@@ -163,20 +163,16 @@ func removeReady(o options, pid int) {
 }
 
 // startInfra starts the embedded Kafka broker and the local Postgres and
-// Redis that are not configured, and sets their addresses as defaults of l.
+// Redis that are not configured, each a child process, and sets their
+// addresses as defaults of l.
 func startInfra(ctx context.Context, l *config.Loader, dataDir string, stops *[]func(context.Context) error) error {
 	if !l.IsSet("FERRY_KAFKA_BROKERS") {
-		k, err := devstack.StartKafka(devstack.KafkaConfig{
-			Addr:       l.String("FERRY_DEV_KAFKA_ADDR"),
-			DataDir:    filepath.Join(dataDir, "kafka"),
-			Partitions: l.Int("FERRY_TOPIC_PARTITIONS"),
-			Topics:     schema.Topics{Prefix: l.String("FERRY_TOPIC_PREFIX")}.All(),
-		})
+		k, addr, err := startKafka(ctx, l, dataDir)
 		if err != nil {
 			return fmt.Errorf("embedded kafka: %w", err)
 		}
 		*stops = append(*stops, k.Stop)
-		l.SetDefault("FERRY_KAFKA_BROKERS", k.Addr())
+		l.SetDefault("FERRY_KAFKA_BROKERS", addr)
 		// One embedded broker holds one copy of everything.
 		l.SetDefault("FERRY_TOPIC_REPLICATION", "1")
 		l.SetDefault("FERRY_TOPIC_MIN_INSYNC", "1")
