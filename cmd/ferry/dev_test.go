@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -143,6 +144,7 @@ func TestDev(t *testing.T) {
 	}
 	dev := startDev(t, bin, dataDir, filepath.Join(dataDir, "dev.json"))
 	checkReadyFiles(t, dev, dataDir)
+	broker := brokerChild(t, dev.cmd.Process.Pid)
 	defer func() {
 		if dev.cmd.ProcessState == nil {
 			_ = dev.cmd.Process.Kill()
@@ -218,6 +220,9 @@ func TestDev(t *testing.T) {
 	}
 
 	dev.stop(t)
+	if !processGone(broker) {
+		t.Errorf("the broker child (pid %d) still runs after ferry dev stopped", broker)
+	}
 	for _, f := range []string{"dev.json", "dev.env"} {
 		if _, err := os.Stat(filepath.Join(dataDir, f)); !os.IsNotExist(err) {
 			t.Errorf("%s still exists after ferry dev stopped (%v)", f, err)
@@ -233,6 +238,105 @@ func TestDev(t *testing.T) {
 		return code == http.StatusOK && got["status"] == "succeeded"
 	})
 	dev.stop(t)
+}
+
+// TestDevKilledLeavesNoChildren kills `ferry dev` with SIGKILL, which it
+// cannot catch: its broker, Postgres and Redis children get their
+// parent-death signal and exit rather than run on as orphans.
+func TestDevKilledLeavesNoChildren(t *testing.T) {
+	bin := buildFerry(t)
+	dataDir := t.TempDir()
+	for d := dataDir; d != os.TempDir() && d != "/"; d = filepath.Dir(d) {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dev := startDev(t, bin, dataDir, filepath.Join(dataDir, "dev.json"))
+	broker := brokerChild(t, dev.cmd.Process.Pid)
+	children := childrenOf(dev.cmd.Process.Pid)
+	if len(children) < 3 {
+		t.Fatalf("ferry dev has children %v, want the broker, postgres and redis", children)
+	}
+	code, job := dev.do(t, "POST", "/v1/jobs", `{"type":"noop"}`)
+	if code != http.StatusAccepted {
+		t.Fatalf("submit: %d %v", code, job)
+	}
+	waitFor(t, 30*time.Second, "job succeeded", func() bool {
+		_, got := dev.do(t, "GET", "/v1/jobs/"+job["id"].(string), "")
+		return got["status"] == "succeeded"
+	})
+	if err := dev.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	<-dev.exited
+	waitFor(t, 60*time.Second, "every child of the killed ferry dev exited", func() bool {
+		for pid, comm := range children {
+			if !processGone(pid) {
+				t.Logf("%s (pid %d) still runs", comm, pid)
+				return false
+			}
+		}
+		return true
+	})
+	if !processGone(broker) {
+		t.Fatalf("broker %d outlived ferry dev", broker)
+	}
+}
+
+// brokerChild returns the pid of the embedded broker child of `ferry dev`
+// process devPID.
+func brokerChild(t *testing.T, devPID int) int {
+	t.Helper()
+	for pid, comm := range childrenOf(devPID) {
+		if comm == devstack.KafkaProcessName {
+			return pid
+		}
+	}
+	t.Fatalf("ferry dev (pid %d) has no %s child: %v", devPID, devstack.KafkaProcessName, childrenOf(devPID))
+	return 0
+}
+
+// childrenOf returns the command name of each living child of pid, from /proc.
+func childrenOf(pid int) map[int]string {
+	out := map[int]string{}
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		child, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if ppid, comm, _, ok := procStat(child); ok && ppid == pid {
+			out[child] = comm
+		}
+	}
+	return out
+}
+
+// processGone reports whether pid has exited: no longer in /proc, or a
+// zombie waiting for init (the parent it was reparented to) to reap it.
+func processGone(pid int) bool {
+	_, _, state, ok := procStat(pid)
+	return !ok || state == "Z"
+}
+
+// procStat reads the parent, command name and state of pid from
+// /proc/<pid>/stat; the name is in parentheses and may hold spaces.
+func procStat(pid int) (ppid int, comm, state string, ok bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, "", "", false
+	}
+	s := string(b)
+	open, closing := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+	if open < 0 || closing < open {
+		return 0, "", "", false
+	}
+	f := strings.Fields(s[closing+1:])
+	if len(f) < 2 {
+		return 0, "", "", false
+	}
+	ppid, _ = strconv.Atoi(f[1])
+	return ppid, s[open+1 : closing], f[0], true
 }
 
 // checkReadyFiles checks the ready file and the env file of a `ferry dev`

@@ -10,10 +10,12 @@ import (
 	"net/http"
 	"strconv"
 
+	"github.com/go-chi/chi/v5"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/ferryhq/ferry/platform/config"
 	"github.com/ferryhq/ferry/platform/httpx"
+	"github.com/ferryhq/ferry/platform/kafkax"
 	"github.com/ferryhq/ferry/platform/service"
 	"github.com/ferryhq/ferry/platform/telemetry"
 	"github.com/ferryhq/ferry/services/api"
@@ -63,35 +65,40 @@ func Start(ctx context.Context, common config.Common, l *config.Loader, tel *tel
 	if err != nil {
 		return nil, err
 	}
+	// closeAll closes the services' own producers, then the shared
+	// connections.
+	var producers []func()
+	closeAll := func() {
+		for _, c := range producers {
+			c()
+		}
+		deps.Close()
+	}
 	// Listen first: the workers' callback URL (async http jobs) defaults
 	// to the front door's address, port 0 included.
 	ln, err := net.Listen("tcp", common.HTTPAddr)
 	if err != nil {
-		deps.Close()
+		closeAll()
 		return nil, fmt.Errorf("listen %s: %w", common.HTTPAddr, err)
 	}
 	l.SetDefault("FERRY_CALLBACK_URL", "http://"+reachable(ln.Addr()))
 	router := httpx.NewRouter("ferry", deps.Checks(), tel.Metrics)
-	var comps []service.Component
-	for _, s := range Services {
-		c, err := s.Build(ctx, deps, l)
+	comps, err := build(ctx, deps, l, router, &producers)
+	if err == nil {
+		err = l.Err()
 		if err != nil {
-			ln.Close()
-			deps.Close()
-			return nil, fmt.Errorf("%s: %w", s.Name, err)
+			err = fmt.Errorf("configuration: %w", err)
 		}
-		c.Routes(router)
-		comps = append(comps, c)
 	}
-	if err := l.Err(); err != nil {
+	if err != nil {
 		ln.Close()
-		deps.Close()
-		return nil, fmt.Errorf("configuration: %w", err)
+		closeAll()
+		return nil, err
 	}
 	st := &Stack{Addr: ln.Addr().String(), Deps: deps, Handler: router, done: make(chan struct{})}
 	go func() {
 		defer close(st.done)
-		defer deps.Close()
+		defer closeAll()
 		g, gctx := errgroup.WithContext(ctx)
 		g.Go(func() error { return httpx.Serve(gctx, ln, router, common.ShutdownTimeout) })
 		for _, c := range comps {
@@ -103,6 +110,47 @@ func Start(ctx context.Context, common config.Common, l *config.Loader, tel *tel
 		}
 	}()
 	return st, nil
+}
+
+// build builds every service, each with its own Kafka producer (whose
+// Close it appends to producers), and mounts their routes on router.
+func build(ctx context.Context, deps *service.Deps, l *config.Loader, router chi.Router, producers *[]func()) ([]service.Component, error) {
+	var comps []service.Component
+	for _, s := range Services {
+		own, err := withOwnProducer(deps, s)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", s.Name, err)
+		}
+		if own.Kafka != deps.Kafka {
+			*producers = append(*producers, own.Kafka.Close)
+		}
+		c, err := s.Build(ctx, own, l)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", s.Name, err)
+		}
+		c.Routes(router)
+		comps = append(comps, c)
+	}
+	return comps, nil
+}
+
+// withOwnProducer returns deps with a Kafka producer of s's own, as s has
+// when it runs as its own process. A client shared by every service of the
+// process would queue the api's acks=all produce, which a POST waits for,
+// behind the scheduler's dispatch and the workers' started and completed
+// batches: a client keeps at most five produce requests in flight to a
+// broker. The topics were created and checked with deps' producer.
+func withOwnProducer(deps *service.Deps, s Service) (*service.Deps, error) {
+	if !s.Needs.Kafka {
+		return deps, nil
+	}
+	cl, err := kafkax.NewClient(deps.KafkaConfig("producer-" + s.Name))
+	if err != nil {
+		return nil, err
+	}
+	own := *deps
+	own.Kafka = cl
+	return &own, nil
 }
 
 // reachable is addr as a client on this host dials it: an unspecified
