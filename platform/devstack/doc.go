@@ -1,7 +1,7 @@
 // Package devstack starts the local infrastructure that `ferry dev` and the
 // test suites run against: PostgreSQL and Redis as child processes with their
-// data in a directory of your choosing, and Kafka as an embedded kfake broker
-// inside the calling process.
+// data in a directory of your choosing, and Kafka as an embedded kfake broker,
+// inside the calling process (tests) or in a child process (`ferry dev`).
 //
 // # Child processes
 //
@@ -20,7 +20,10 @@
 //
 // [StartKafka] runs a kfake cluster (github.com/twmb/franz-go/pkg/kfake) with
 // one broker. It speaks the Kafka protocol over real sockets, so any Kafka
-// client, kcat included, can talk to it.
+// client, kcat included, can talk to it. [StartKafkaProcess] runs the same
+// broker as a child process, like PostgreSQL and Redis: the child's main calls
+// [ServeKafka], and the broker's allocations and CPU are then its own rather
+// than the parent's.
 //
 // # Binaries
 //
