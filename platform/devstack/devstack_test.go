@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -23,7 +24,21 @@ import (
 // is then killed; see TestChildDiesWithParent.
 const helperEnv = "DEVSTACK_TEST_HELPER_DIR"
 
+// kafkaChildEnv makes the test binary a broker child (ServeKafka) with its
+// data in the directory it names; see TestKafkaProcess.
+const kafkaChildEnv = "DEVSTACK_TEST_KAFKA_CHILD_DIR"
+
 func TestMain(m *testing.M) {
+	if dir := os.Getenv(kafkaChildEnv); dir != "" {
+		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+		err := ServeKafka(ctx, KafkaConfig{Addr: "127.0.0.1:0", DataDir: dir, Topics: []string{"seeded"}})
+		stop()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 	if dir := os.Getenv(helperEnv); dir != "" {
 		p, _, err := StartRedis(context.Background(), RedisConfig{DataDir: dir})
 		if err != nil {
