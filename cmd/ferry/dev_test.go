@@ -134,14 +134,7 @@ func TestDev(t *testing.T) {
 		t.Fatal("kcat is not installed: run `make test` (scripts/install-deps.sh installs it)")
 	}
 	bin := buildFerry(t)
-	dataDir := t.TempDir()
-	// Postgres runs as the postgres OS user, which must be able to reach
-	// its data directory below the test's private temporary directory.
-	for d := dataDir; d != os.TempDir() && d != "/"; d = filepath.Dir(d) {
-		if err := os.Chmod(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
+	dataDir := reachableDataDir(t)
 	dev := startDev(t, bin, dataDir, filepath.Join(dataDir, "dev.json"))
 	checkReadyFiles(t, dev, dataDir)
 	broker := brokerChild(t, dev.cmd.Process.Pid)
@@ -245,12 +238,7 @@ func TestDev(t *testing.T) {
 // parent-death signal and exit rather than run on as orphans.
 func TestDevKilledLeavesNoChildren(t *testing.T) {
 	bin := buildFerry(t)
-	dataDir := t.TempDir()
-	for d := dataDir; d != os.TempDir() && d != "/"; d = filepath.Dir(d) {
-		if err := os.Chmod(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
+	dataDir := reachableDataDir(t)
 	dev := startDev(t, bin, dataDir, filepath.Join(dataDir, "dev.json"))
 	broker := brokerChild(t, dev.cmd.Process.Pid)
 	children := childrenOf(dev.cmd.Process.Pid)
@@ -281,6 +269,20 @@ func TestDevKilledLeavesNoChildren(t *testing.T) {
 	if !processGone(broker) {
 		t.Fatalf("broker %d outlived ferry dev", broker)
 	}
+}
+
+// reachableDataDir returns a data directory for `ferry dev`. Postgres runs
+// as the postgres OS user, which must be able to reach its data directory
+// below the test's private temporary directory.
+func reachableDataDir(t *testing.T) string {
+	t.Helper()
+	dataDir := t.TempDir()
+	for d := dataDir; d != os.TempDir() && d != "/"; d = filepath.Dir(d) {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dataDir
 }
 
 // brokerChild returns the pid of the embedded broker child of `ferry dev`
