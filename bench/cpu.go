@@ -147,3 +147,23 @@ func cpuLine(cpu map[string]float64) string {
 	}
 	return fmt.Sprintf("cpu µs per job: %s, total %.0f (the load generator not counted)", strings.Join(parts, ", "), cpu["total"])
 }
+
+// brokerPID returns the pid of the embedded broker child of root, 0 when
+// root has none (a stack on an external Kafka, or a ferry dev that still
+// runs its broker in process).
+func brokerPID(root int) int {
+	entries, err := os.ReadDir("/proc")
+	if err != nil || root <= 0 {
+		return 0
+	}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if st, ok := readProcStat(pid); ok && st.ppid == root && component(st.comm) == "broker" {
+			return pid
+		}
+	}
+	return 0
+}

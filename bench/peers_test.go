@@ -2,9 +2,12 @@ package main
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/ferryhq/ferry/platform/devstack"
 )
 
 func TestCompareTable(t *testing.T) {
@@ -81,5 +84,31 @@ func TestCPULineNamesEveryProcess(t *testing.T) {
 	want := "cpu µs per job: ferry 300, broker 40, postgres 150, redis 100, total 590 (the load generator not counted)"
 	if got != want {
 		t.Fatalf("cpuLine = %q, want %q", got, want)
+	}
+}
+
+func TestBrokerPIDFindsTheBrokerChild(t *testing.T) {
+	if got := brokerPID(os.Getpid()); got != 0 {
+		t.Fatalf("brokerPID of the test process = %d before it has a broker child", got)
+	}
+	// A child whose command name is the broker's, as ferry dev's is.
+	sleep, err := exec.LookPath("sleep")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fake := filepath.Join(t.TempDir(), devstack.KafkaProcessName)
+	if err := os.Symlink(sleep, fake); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(fake, "60")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	if got := brokerPID(os.Getpid()); got != cmd.Process.Pid {
+		t.Fatalf("brokerPID = %d, want the %s child %d", got, devstack.KafkaProcessName, cmd.Process.Pid)
+	}
+	if _, ok := cpuTree(os.Getpid())["broker"]; !ok {
+		t.Fatalf("cpuTree has no broker line: %v", cpuTree(os.Getpid()))
 	}
 }

@@ -257,6 +257,9 @@ func (b *Bench) throughput(ctx context.Context) Result {
 	}
 	notes = append(notes, completionFigures(&r, rows, sub.t0, n)...)
 	notes = append(notes, "p*_ms: submission → completion per job", fmt.Sprintf("%d concurrent clients, batches of 1000", b.clients))
+	if pid := brokerPID(b.t.PID); pid > 0 {
+		notes = append(notes, fmt.Sprintf("broker rss %.0f MiB at the end (its own process: not in rss_mb)", RSSMB(pid)))
+	}
 	accounted, _ := b.account(ctx, &r, before.Kafka, false, padIDs(sub.ids, n), rows)
 	notes = append(notes, accounted...)
 	s, detail := b.probe.perJob(before, after, len(sub.ids))
