@@ -150,9 +150,10 @@ func TestDev(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("readyz %d after the ready file was written", resp.StatusCode)
+		t.Fatalf("readyz %d after the ready file was written: %s", resp.StatusCode, body)
 	}
 
 	// The console the banner points at serves its page.
