@@ -196,10 +196,14 @@ type validator interface{ validate() error }
 
 func decodeAs[T Data](ceType string, value []byte) (Data, error) {
 	var v T
-	// json.Unmarshal rejects anything after the value. (A json.Decoder with
-	// a More check does not: More reports false before a stray '}' or ']'.)
-	if err := json.Unmarshal(value, &v); err != nil {
-		return nil, fmt.Errorf("%w: %s: %v", ErrInvalidData, ceType, err)
+	if !fastDecode(&v, value) {
+		v = *new(T) // the fast path may have written part of it
+		// json.Unmarshal rejects anything after the value. (A json.Decoder
+		// with a More check does not: More reports false before a stray '}'
+		// or ']'.)
+		if err := json.Unmarshal(value, &v); err != nil {
+			return nil, fmt.Errorf("%w: %s: %v", ErrInvalidData, ceType, err)
+		}
 	}
 	if val, ok := any(v).(validator); ok {
 		if err := val.validate(); err != nil {
