@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"time"
-	"unsafe"
 
 	"github.com/google/uuid"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -154,10 +153,7 @@ func decodeMeta(r *kgo.Record) (m Meta, subject, tenant []byte, err error) {
 
 // parseTime reads the ce_time header.
 func parseTime(v []byte) (time.Time, error) {
-	// time.Parse keeps no part of its input in a time it returns, so the
-	// header's bytes are parsed in place, without a copy; only the
-	// discarded error could hold them.
-	t, err := time.Parse(time.RFC3339Nano, unsafe.String(unsafe.SliceData(v), len(v)))
+	t, err := time.Parse(time.RFC3339Nano, transientString(v))
 	if err != nil {
 		return time.Time{}, fmt.Errorf("%w: ce_time %q", ErrInvalidData, v)
 	}
@@ -259,7 +255,7 @@ func decodeAs[T Data](ceType string, value []byte) (Data, error) {
 			return nil, fmt.Errorf("%w: %s: %v", ErrInvalidData, ceType, err)
 		}
 	}
-	if val, ok := any(v).(validator); ok {
+	if val, ok := any(&v).(validator); ok { // &v: no copy of v into an interface
 		if err := val.validate(); err != nil {
 			return nil, fmt.Errorf("%w: %s: %v", ErrInvalidData, ceType, err)
 		}

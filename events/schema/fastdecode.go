@@ -23,6 +23,7 @@ import (
 	"strconv"
 	"time"
 	"unicode/utf8"
+	"unsafe"
 )
 
 // fastDecode decodes value into *p when p points to a type with a fast
@@ -194,11 +195,16 @@ func (s *scanner) timePtr(dst **time.Time) bool {
 	return s.time(*dst)
 }
 
-// duration decodes a string with Duration's UnmarshalJSON, as
-// encoding/json does.
+// duration decodes a string as Duration's UnmarshalJSON does: for a
+// string without escapes, that is time.ParseDuration of its text.
 func (s *scanner) duration(dst *Duration) bool {
-	_, token, ok := s.plainString()
-	return ok && dst.UnmarshalJSON(token) == nil
+	body, _, ok := s.plainString()
+	if !ok {
+		return false
+	}
+	d, err := time.ParseDuration(transientString(body))
+	*dst = Duration(d)
+	return err == nil
 }
 
 // int reads a JSON integer of at most 18 digits (so it cannot overflow);
@@ -360,6 +366,14 @@ func (s *scanner) skipString() bool {
 		}
 	}
 	return false
+}
+
+// transientString views b as a string without copying it, for a parser
+// (time.Parse, time.ParseDuration) that keeps no part of its input in what
+// it returns; only its errors quote the input, and they are discarded. b
+// must not change while the string is in use.
+func transientString(b []byte) string {
+	return unsafe.String(unsafe.SliceData(b), len(b))
 }
 
 func (s *scanner) strings(dst *[]string) bool {
