@@ -7,9 +7,9 @@ package schema
 // spent per job. fastDecode reads the shape json.Marshal writes for the job
 // events (the payload types below) straight into their structs, and gives up
 // (returns false) at the first thing outside a deliberately narrow subset:
-// an unknown or differently cased key, a key seen twice, null, a string
-// with an escape or invalid UTF-8, a number that is not a plain integer where
-// an int goes, a malformed token. decodeAs then decodes the value with
+// an unknown or differently cased key, a key seen twice, null, an escape
+// in a key, time or duration, a number that is not a plain integer where an
+// int goes, a malformed token. decodeAs then decodes the value with
 // encoding/json from scratch, so on everything the fast path does not take,
 // results and errors are encoding/json's own. On everything it takes, the
 // result is what encoding/json gives: the subset is where the two cannot
@@ -22,6 +22,7 @@ import (
 	"encoding/json"
 	"strconv"
 	"time"
+	"unicode/utf16"
 	"unicode/utf8"
 	"unsafe"
 )
@@ -171,15 +172,113 @@ func (s *scanner) plainString() (body, token []byte, ok bool) {
 	return nil, nil, false
 }
 
+// stringValue reads a string token and returns its text as encoding/json
+// decodes it: escapes resolved, a lone or invalid surrogate escape and each
+// byte of invalid UTF-8 replaced by U+FFFD. The text is the input's own
+// bytes when the token needs none of that.
+func (s *scanner) stringValue() ([]byte, bool) {
+	s.skipSpace()
+	if s.i >= len(s.b) || s.b[s.i] != '"' {
+		return nil, false
+	}
+	start, plain := s.i+1, true
+	for j := start; j < len(s.b); j++ {
+		switch c := s.b[j]; {
+		case c == '"':
+			body := s.b[start:j]
+			s.i = j + 1
+			if plain && utf8.Valid(body) {
+				return body, true
+			}
+			return unquote(body)
+		case c == '\\':
+			plain = false
+			j++
+		case c < 0x20:
+			return nil, false
+		}
+	}
+	return nil, false
+}
+
+// unquote resolves the escapes of a string's text as encoding/json's
+// unquote does, refusing what its scanner refuses (an unknown escape, a
+// \u without four hex digits).
+func unquote(body []byte) ([]byte, bool) {
+	out := make([]byte, 0, len(body))
+	for r := 0; r < len(body); {
+		c := body[r]
+		switch {
+		case c == '\\':
+			n, ok := unescape(body[r:], &out)
+			if !ok {
+				return nil, false
+			}
+			r += n
+		case c < utf8.RuneSelf:
+			out = append(out, c)
+			r++
+		default:
+			rr, size := utf8.DecodeRune(body[r:]) // invalid: U+FFFD, size 1
+			out = utf8.AppendRune(out, rr)
+			r += size
+		}
+	}
+	return out, true
+}
+
+// unescape appends the text of the escape at the start of e to *out and
+// returns the escape's length.
+func unescape(e []byte, out *[]byte) (int, bool) {
+	if len(e) < 2 {
+		return 0, false
+	}
+	switch e[1] {
+	case '"', '\\', '/':
+		*out = append(*out, e[1])
+	case 'b':
+		*out = append(*out, '\b')
+	case 'f':
+		*out = append(*out, '\f')
+	case 'n':
+		*out = append(*out, '\n')
+	case 'r':
+		*out = append(*out, '\r')
+	case 't':
+		*out = append(*out, '\t')
+	case 'u':
+		rr := hex4(e, 2)
+		if rr < 0 {
+			return 0, false
+		}
+		if utf16.IsSurrogate(rr) {
+			// A pair decodes to one rune; anything else to U+FFFD, and
+			// what follows is read on its own.
+			if len(e) >= 12 && e[6] == '\\' && e[7] == 'u' {
+				if dec := utf16.DecodeRune(rr, hex4(e, 8)); dec != utf8.RuneError {
+					*out = utf8.AppendRune(*out, dec)
+					return 12, true
+				}
+			}
+			rr = utf8.RuneError
+		}
+		*out = utf8.AppendRune(*out, rr)
+		return 6, true
+	default:
+		return 0, false
+	}
+	return 2, true
+}
+
 func (s *scanner) str(dst *string) bool {
-	body, _, ok := s.plainString()
-	*dst = string(body)
+	text, ok := s.stringValue()
+	*dst = string(text)
 	return ok
 }
 
 func (s *scanner) errorClass(dst *ErrorClass) bool {
-	body, _, ok := s.plainString()
-	*dst = ErrorClass(body)
+	text, ok := s.stringValue()
+	*dst = ErrorClass(text)
 	return ok
 }
 
