@@ -245,22 +245,30 @@ func decodeData(ceType string, value []byte) (Data, error) {
 type validator interface{ validate() error }
 
 func decodeAs[T Data](ceType string, value []byte) (Data, error) {
+	// v stays on the stack: the one copy made is the returned interface's.
 	var v T
 	if !fastDecode(&v, value) {
-		v = *new(T) // the fast path may have written part of it
-		// json.Unmarshal rejects anything after the value. (A json.Decoder
-		// with a More check does not: More reports false before a stray '}'
-		// or ']'.)
-		if err := json.Unmarshal(value, &v); err != nil {
+		var err error
+		if v, err = unmarshal[T](value); err != nil {
 			return nil, fmt.Errorf("%w: %s: %v", ErrInvalidData, ceType, err)
 		}
 	}
-	if val, ok := any(&v).(validator); ok { // &v: no copy of v into an interface
+	var d Data = v
+	if val, ok := d.(validator); ok {
 		if err := val.validate(); err != nil {
 			return nil, fmt.Errorf("%w: %s: %v", ErrInvalidData, ceType, err)
 		}
 	}
-	return v, nil
+	return d, nil
+}
+
+// unmarshal decodes value with encoding/json into a fresh T.
+func unmarshal[T any](value []byte) (T, error) {
+	var v T
+	// json.Unmarshal rejects anything after the value. (A json.Decoder with
+	// a More check does not: More reports false before a stray '}' or ']'.)
+	err := json.Unmarshal(value, &v)
+	return v, err
 }
 
 func (r JobRef) validate() error {

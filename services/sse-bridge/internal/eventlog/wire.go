@@ -13,7 +13,7 @@ import (
 // value passes through as it is instead of through encoding/json's
 // compacting scanner; by json.Marshal otherwise.
 func renderWire(w wireEvent) ([]byte, error) {
-	if b, ok := appendWire(make([]byte, 0, len(w.Data)+192), w); ok {
+	if b, ok := appendWire(make([]byte, 0, len(w.Data)+256), w); ok {
 		return b, nil
 	}
 	return json.Marshal(w)
