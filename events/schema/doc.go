@@ -16,6 +16,17 @@
 // cross-topic order. [Position] and [Position.Advances] give every projection
 // the same rule for deciding whether an event moves a job forward.
 //
+// # Decoding
+//
+// Every service decodes every record it consumes, so [Decode] is on the
+// hottest path there is. It reads the headers in place (no copy per lookup)
+// and decodes the job events' payloads with a hand-written reader of the
+// shape json.Marshal writes; anything outside that shape (an unknown or
+// differently cased key, a repeated key, null, an escape in a key or time)
+// is decoded by encoding/json instead. Both give the same event, and
+// invalid input gets encoding/json's error: FuzzFastDecodeMatchesJSON holds
+// the two together.
+//
 // # Compatibility
 //
 // The JSON Schemas under schemas/ and the golden files under testdata/ are

@@ -86,67 +86,111 @@ func NewRecordAt(topic, source string, data Data, value []byte, id string, at ti
 
 // Header returns the value of the first header named key, if any.
 func Header(r *kgo.Record, key string) (string, bool) {
+	v, ok := headerBytes(r, key)
+	return string(v), ok
+}
+
+// headerBytes is Header without the copy: the record's own bytes.
+func headerBytes(r *kgo.Record, key string) ([]byte, bool) {
 	for _, h := range r.Headers {
 		if h.Key == key {
-			return string(h.Value), true
+			return h.Value, true
 		}
 	}
-	return "", false
+	return nil, false
 }
 
 // DecodeMeta reads only the CloudEvents attributes of r. It is cheap and
 // lets a consumer filter records (by tenant, by type) before decoding data.
 func DecodeMeta(r *kgo.Record) (Meta, error) {
-	var m Meta
-	get := func(key string, required bool) (string, error) {
-		v, ok := Header(r, key)
-		if required && (!ok || v == "") {
-			return "", fmt.Errorf("%w: %s", ErrMissingHeader, key)
+	m, subject, tenant, err := decodeMeta(r)
+	m.Subject, m.Tenant = string(subject), string(tenant)
+	return m, err
+}
+
+// decodeMeta is DecodeMeta but for the subject and tenant, which it
+// returns as the headers' bytes: Decode takes those strings from the data,
+// once it checked they agree, instead of copying them twice.
+func decodeMeta(r *kgo.Record) (m Meta, subject, tenant []byte, err error) {
+	get := func(key string) ([]byte, error) {
+		v, ok := headerBytes(r, key)
+		if !ok || len(v) == 0 {
+			return nil, fmt.Errorf("%w: %s", ErrMissingHeader, key)
 		}
 		return v, nil
 	}
-	var err error
-	if v, err := get(HeaderSpecVersion, true); err != nil {
-		return m, err
-	} else if v != specVersion {
-		return m, fmt.Errorf("%w: ce_specversion %q", ErrInvalidData, v)
-	}
-	if m.ID, err = get(HeaderID, true); err != nil {
-		return m, err
-	}
-	if m.Source, err = get(HeaderSource, true); err != nil {
-		return m, err
-	}
-	if m.Type, err = get(HeaderType, true); err != nil {
-		return m, err
-	}
-	if m.Subject, err = get(HeaderSubject, false); err != nil {
-		return m, err
-	}
-	if m.Tenant, err = get(HeaderTenant, false); err != nil {
-		return m, err
-	}
-	m.TraceParent, _ = get(HeaderTraceParent, false)
-	ts, err := get(HeaderTime, true)
+	v, err := get(HeaderSpecVersion)
 	if err != nil {
-		return m, err
+		return m, nil, nil, err
+	} else if string(v) != specVersion {
+		return m, nil, nil, fmt.Errorf("%w: ce_specversion %q", ErrInvalidData, v)
 	}
-	if m.Time, err = time.Parse(time.RFC3339Nano, ts); err != nil {
-		return m, fmt.Errorf("%w: ce_time %q", ErrInvalidData, ts)
+	if v, err = get(HeaderID); err != nil {
+		return m, nil, nil, err
+	}
+	m.ID = string(v)
+	if v, err = get(HeaderSource); err != nil {
+		return m, nil, nil, err
+	}
+	m.Source = internSource(v)
+	if v, err = get(HeaderType); err != nil {
+		return m, nil, nil, err
+	}
+	m.Type = internType(v)
+	subject, _ = headerBytes(r, HeaderSubject)
+	tenant, _ = headerBytes(r, HeaderTenant)
+	if v, ok := headerBytes(r, HeaderTraceParent); ok {
+		m.TraceParent = string(v)
+	}
+	if v, err = get(HeaderTime); err != nil {
+		return m, subject, tenant, err
+	}
+	if m.Time, err = parseTime(v); err != nil {
+		return m, subject, tenant, err
+	}
+	return m, subject, tenant, nil
+}
+
+// parseTime reads the ce_time header.
+func parseTime(v []byte) (time.Time, error) {
+	t, err := time.Parse(time.RFC3339Nano, transientString(v))
+	if err != nil {
+		return time.Time{}, fmt.Errorf("%w: ce_time %q", ErrInvalidData, v)
 	}
 	// NewRecordAt writes ce_time in UTC, which RFC 3339 can only do for
 	// years 0000–9999; refuse times it could not write back.
-	if y := m.Time.UTC().Year(); y < 0 || y > 9999 {
-		return m, fmt.Errorf("%w: ce_time %q is out of range", ErrInvalidData, ts)
+	if y := t.UTC().Year(); y < 0 || y > 9999 {
+		return time.Time{}, fmt.Errorf("%w: ce_time %q is out of range", ErrInvalidData, v)
 	}
-	return m, nil
+	return t, nil
+}
+
+// knownSources are the usual ce_source values, shared rather than copied
+// from every record.
+var knownSources = []string{"ferry/api", "ferry/scheduler", "ferry/worker", "ferry/dlq"}
+
+func internSource(v []byte) string {
+	for _, s := range knownSources {
+		if string(v) == s {
+			return s
+		}
+	}
+	return string(v)
+}
+
+// internType returns the ce_type v, shared with decoders' key when known.
+func internType(v []byte) string {
+	if d, ok := decoders[string(v)]; ok {
+		return d.ceType
+	}
+	return string(v)
 }
 
 // Decode reads a record written by NewRecord. Garbage gives an error, never
 // a panic. Unknown JSON fields are ignored so older consumers keep reading
 // events that gained optional fields.
 func Decode(r *kgo.Record) (Event, error) {
-	m, err := DecodeMeta(r)
+	m, subject, tenant, err := decodeMeta(r)
 	if err != nil {
 		return Event{}, err
 	}
@@ -154,39 +198,45 @@ func Decode(r *kgo.Record) (Event, error) {
 	if err != nil {
 		return Event{}, err
 	}
-	if data.Subject() != m.Subject || data.Tenant() != m.Tenant {
+	if data.Subject() != string(subject) || data.Tenant() != string(tenant) {
 		return Event{}, fmt.Errorf("%w: %s: headers (subject %q, tenant %q) disagree with data (%q, %q)",
-			ErrInvalidData, m.Type, m.Subject, m.Tenant, data.Subject(), data.Tenant())
+			ErrInvalidData, m.Type, subject, tenant, data.Subject(), data.Tenant())
 	}
+	m.Subject, m.Tenant = data.Subject(), data.Tenant()
 	return Event{Meta: m, Data: data}, nil
 }
 
+// payloadDecoder decodes the payload of one CloudEvents type.
+type payloadDecoder struct {
+	ceType string
+	decode func(ceType string, value []byte) (Data, error)
+}
+
+// decoders holds the payload decoder of every record type, by ce_type.
+var decoders = map[string]payloadDecoder{}
+
+func init() {
+	for ceType, decode := range map[string]func(string, []byte) (Data, error){
+		EventEnqueued.CEType():  decodeAs[Enqueued],
+		EventStarted.CEType():   decodeAs[Started],
+		EventProgress.CEType():  decodeAs[Progress],
+		EventCompleted.CEType(): decodeAs[Completed],
+		EventFailed.CEType():    decodeAs[Failed],
+		EventDLQ.CEType():       decodeAs[DeadLettered],
+		EventCancelled.CEType(): decodeAs[Cancelled],
+		CETypeDispatch:          decodeAs[Dispatch],
+		CETypeWorkerStatus:      decodeAs[WorkerStatus],
+		CETypeBreakerChanged:    decodeAs[BreakerChanged],
+		CETypeScheduleChanged:   decodeAs[ScheduleChanged],
+		CETypeTenantChanged:     decodeAs[TenantChanged],
+	} {
+		decoders[ceType] = payloadDecoder{ceType: ceType, decode: decode}
+	}
+}
+
 func decodeData(ceType string, value []byte) (Data, error) {
-	switch ceType {
-	case EventEnqueued.CEType():
-		return decodeAs[Enqueued](ceType, value)
-	case EventStarted.CEType():
-		return decodeAs[Started](ceType, value)
-	case EventProgress.CEType():
-		return decodeAs[Progress](ceType, value)
-	case EventCompleted.CEType():
-		return decodeAs[Completed](ceType, value)
-	case EventFailed.CEType():
-		return decodeAs[Failed](ceType, value)
-	case EventDLQ.CEType():
-		return decodeAs[DeadLettered](ceType, value)
-	case EventCancelled.CEType():
-		return decodeAs[Cancelled](ceType, value)
-	case CETypeDispatch:
-		return decodeAs[Dispatch](ceType, value)
-	case CETypeWorkerStatus:
-		return decodeAs[WorkerStatus](ceType, value)
-	case CETypeBreakerChanged:
-		return decodeAs[BreakerChanged](ceType, value)
-	case CETypeScheduleChanged:
-		return decodeAs[ScheduleChanged](ceType, value)
-	case CETypeTenantChanged:
-		return decodeAs[TenantChanged](ceType, value)
+	if d, ok := decoders[ceType]; ok {
+		return d.decode(ceType, value)
 	}
 	return nil, fmt.Errorf("%w: %q", ErrUnknownType, ceType)
 }
@@ -195,18 +245,30 @@ func decodeData(ceType string, value []byte) (Data, error) {
 type validator interface{ validate() error }
 
 func decodeAs[T Data](ceType string, value []byte) (Data, error) {
+	// v stays on the stack: the one copy made is the returned interface's.
 	var v T
-	// json.Unmarshal rejects anything after the value. (A json.Decoder with
-	// a More check does not: More reports false before a stray '}' or ']'.)
-	if err := json.Unmarshal(value, &v); err != nil {
-		return nil, fmt.Errorf("%w: %s: %v", ErrInvalidData, ceType, err)
+	if !fastDecode(&v, value) {
+		var err error
+		if v, err = unmarshal[T](value); err != nil {
+			return nil, fmt.Errorf("%w: %s: %v", ErrInvalidData, ceType, err)
+		}
 	}
-	if val, ok := any(v).(validator); ok {
+	var d Data = v
+	if val, ok := d.(validator); ok {
 		if err := val.validate(); err != nil {
 			return nil, fmt.Errorf("%w: %s: %v", ErrInvalidData, ceType, err)
 		}
 	}
-	return v, nil
+	return d, nil
+}
+
+// unmarshal decodes value with encoding/json into a fresh T.
+func unmarshal[T any](value []byte) (T, error) {
+	var v T
+	// json.Unmarshal rejects anything after the value. (A json.Decoder with
+	// a More check does not: More reports false before a stray '}' or ']'.)
+	err := json.Unmarshal(value, &v)
+	return v, err
 }
 
 func (r JobRef) validate() error {

@@ -141,7 +141,7 @@ func copyRows(ctx context.Context, tx pgx.Tx, rows []*pending, hashes [][]byte, 
 	n, err := tx.CopyFrom(ctx, pgx.Identifier{"audit_events"}, auditColumns, pgx.CopyFromSlice(len(rows), func(i int) ([]any, error) {
 		p := rows[i]
 		return []any{p.EventID, p.TenantID, p.JobID, p.Type, int32(p.Attempt), p.Occurred, recorded,
-			p.Actor, p.TraceID, string(p.Data), p.ChainID, p.Seq, p.PrevHash, hashes[i]}, nil
+			p.Actor, p.TraceID, p.Data, p.ChainID, p.Seq, p.PrevHash, hashes[i]}, nil
 	}))
 	if err != nil {
 		return fmt.Errorf("audit: copy rows: %w", err)
@@ -282,14 +282,14 @@ func canonicalData(ctx context.Context, tx pgx.Tx, rows []*pending) error {
 	for i, p := range rows {
 		raw[i] = p.rawData
 	}
-	out := make([]string, 0, len(rows))
+	out := make([][]byte, 0, len(rows))
 	scan := func(q string) error {
 		out = out[:0]
 		res, err := tx.Query(ctx, q, raw)
 		if err != nil {
 			return err
 		}
-		var s string
+		var s []byte // pgx scans each row's text into a new slice
 		_, err = pgx.ForEachRow(res, []any{&s}, func() error { out = append(out, s); return nil })
 		return err
 	}
@@ -315,7 +315,7 @@ func canonicalData(ctx context.Context, tx pgx.Tx, rows []*pending) error {
 		return fmt.Errorf("audit: canonical data: %d values for %d rows", len(out), len(rows))
 	}
 	for i, p := range rows {
-		p.Data = []byte(out[i])
+		p.Data = out[i]
 	}
 	return nil
 }

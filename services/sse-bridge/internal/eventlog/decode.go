@@ -88,9 +88,9 @@ func decodeRecord(r *kgo.Record, log *slog.Logger) (logEvent, bool) {
 		return logEvent{}, false
 	}
 	ref := lc.Ref()
-	// Marshal compacts the RawMessage (a scan, not a second decode), so the
-	// data line is one line whatever the producer's formatting.
-	wire, err := json.Marshal(wireEvent{ID: e.ID, Type: string(lc.EventType()), Time: e.Time.UTC(),
+	// The data line is one line whatever the producer's formatting:
+	// renderWire compacts the value unless it is compact already.
+	wire, err := renderWire(wireEvent{ID: e.ID, Type: string(lc.EventType()), Time: e.Time.UTC(),
 		JobID: ref.JobID, TenantID: ref.TenantID, Attempt: ref.Attempt, Data: r.Value})
 	if err != nil {
 		log.Warn("sse-bridge: skipping unencodable record", "topic", r.Topic, "offset", r.Offset, "err", err)
