@@ -132,8 +132,8 @@ func (c *Committer[S]) flush(group []*request[S]) {
 	results := c.produce(ctx, recs...)
 	answer := func() {
 		<-sideDone
-		cancel()
 		answerGroup(group, results)
+		cancel() // after the answers: releasing the deadline is no request's business
 	}
 	select {
 	case <-sideDone:
