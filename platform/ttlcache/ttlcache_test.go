@@ -40,13 +40,16 @@ type clock struct{ ns atomic.Int64 }
 func (c *clock) now() time.Time          { return time.Unix(0, c.ns.Load()) }
 func (c *clock) advance(d time.Duration) { c.ns.Add(int64(d)) }
 
-func newCache(t *testing.T, s *store) (*Cache[int64], *clock) {
+// newCache returns a cache with a settable clock over a store holding value.
+func newCache(t *testing.T, value int64) (*store, *Cache[int64], *clock) {
 	t.Helper()
+	s := &store{}
+	s.value.Store(value)
 	clk := &clock{}
 	clk.ns.Store(time.Unix(1000, 0).UnixNano())
 	c := New(time.Second, s.load)
 	c.SetClock(clk.now)
-	return c, clk
+	return s, c, clk
 }
 
 // eventually polls cond until it holds or a generous deadline passes.
@@ -64,9 +67,8 @@ func eventually(t *testing.T, what string, cond func() bool) {
 // TestConcurrentMissesShareOneLoad: callers of a key the cache lacks wait
 // for one load between them, not one each.
 func TestConcurrentMissesShareOneLoad(t *testing.T) {
-	s := &store{gate: make(chan struct{})}
-	s.value.Store(7)
-	c, _ := newCache(t, s)
+	s, c, _ := newCache(t, 7)
+	s.gate = make(chan struct{})
 	const n = 20
 	var wg sync.WaitGroup
 	got := make([]int64, n)
@@ -97,9 +99,7 @@ func TestConcurrentMissesShareOneLoad(t *testing.T) {
 // while one background load replaces it; past the whole TTL it is never
 // answered, the caller waits for the load.
 func TestRefreshAhead(t *testing.T) {
-	s := &store{}
-	s.value.Store(1)
-	c, clk := newCache(t, s)
+	s, c, clk := newCache(t, 1)
 	ctx := context.Background()
 	if v, err := c.Get(ctx, "k"); err != nil || v != 1 {
 		t.Fatalf("first get: %d %v", v, err)
@@ -140,9 +140,8 @@ func TestRefreshAhead(t *testing.T) {
 // TestFailedLoads: a failed load answers its error and caches nothing; a
 // failed refresh leaves the cached value until its TTL, then the error.
 func TestFailedLoads(t *testing.T) {
-	s := &store{}
+	s, c, clk := newCache(t, 0)
 	s.fail.Store(true)
-	c, clk := newCache(t, s)
 	ctx := context.Background()
 	if _, err := c.Get(ctx, "k"); !errors.Is(err, errDown) {
 		t.Fatalf("failed load: %v", err)
@@ -167,9 +166,8 @@ func TestFailedLoads(t *testing.T) {
 // TestCallerGoesAway: a caller whose context ends stops waiting; the load
 // it started still completes for the others.
 func TestCallerGoesAway(t *testing.T) {
-	s := &store{gate: make(chan struct{})}
-	s.value.Store(5)
-	c, _ := newCache(t, s)
+	s, c, _ := newCache(t, 5)
+	s.gate = make(chan struct{})
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error)
 	go func() { _, err := c.Get(ctx, "k"); errc <- err }()
@@ -187,9 +185,7 @@ func TestCallerGoesAway(t *testing.T) {
 // TestUpdate adjusts a cached value until the next load replaces it, and
 // leaves a key the cache lacks alone.
 func TestUpdate(t *testing.T) {
-	s := &store{}
-	s.value.Store(10)
-	c, clk := newCache(t, s)
+	_, c, clk := newCache(t, 10)
 	ctx := context.Background()
 	c.Update("k", func(v int64) int64 { return v + 1 })
 	if v, _ := c.Get(ctx, "k"); v != 10 {
