@@ -24,6 +24,7 @@ import (
 	"github.com/ferryhq/ferry/events/schema"
 	"github.com/ferryhq/ferry/platform/httpx"
 	"github.com/ferryhq/ferry/platform/pgstore"
+	"github.com/ferryhq/ferry/platform/ttlcache"
 
 	"embed"
 )
@@ -86,11 +87,14 @@ func HashKey(plain string) []byte {
 }
 
 // KeyStore resolves key hashes through the api_keys table with a short
-// cache. Positive entries live for TTL, so revocation is seen within TTL.
+// cache. Entries live for TTL, so revocation is seen within TTL. API keys
+// are cached in a ttlcache (refreshed ahead, so a busy key never waits for
+// Postgres); console sessions in cache.
 type KeyStore struct {
 	pool *pgxpool.Pool
 	ttl  time.Duration
 	now  func() time.Time
+	keys *ttlcache.Cache[cachedKey]
 
 	mu    sync.Mutex
 	cache map[string]cachedKey
@@ -111,7 +115,9 @@ func NewKeyStore(pool *pgxpool.Pool, ttl time.Duration) *KeyStore {
 	if ttl <= 0 {
 		ttl = 2 * time.Second
 	}
-	return &KeyStore{pool: pool, ttl: ttl, now: time.Now, cache: map[string]cachedKey{}}
+	s := &KeyStore{pool: pool, ttl: ttl, now: time.Now, cache: map[string]cachedKey{}}
+	s.keys = ttlcache.New(ttl, s.loadKey)
+	return s
 }
 
 // ErrUnknownKey is returned for keys that do not exist, are revoked, or
@@ -120,28 +126,31 @@ var ErrUnknownKey = errors.New("auth: unknown or revoked key")
 
 // Resolve returns the principal of a plain key.
 func (s *KeyStore) Resolve(ctx context.Context, plain string) (Principal, error) {
-	hash := HashKey(plain)
-	k := string(hash)
-	now := s.now()
-	if c, ok := s.cached(k, now); ok {
-		if !c.found {
-			return Principal{}, ErrUnknownKey
-		}
-		return c.p, nil
+	c, err := s.keys.Get(ctx, string(HashKey(plain)))
+	if err != nil {
+		return Principal{}, err
 	}
+	if !c.found {
+		return Principal{}, ErrUnknownKey
+	}
+	return c.p, nil
+}
+
+// loadKey reads the key of a hash: found=false for a key that does not
+// exist, is revoked or belongs to a disabled tenant (cached too, so a flood
+// of invalid keys costs one query per key and TTL).
+func (s *KeyStore) loadKey(ctx context.Context, hash string) (cachedKey, error) {
 	var p Principal
 	err := s.pool.QueryRow(ctx, `
 		SELECT k.id, k.tenant_id FROM api_keys k JOIN tenants t ON t.id = k.tenant_id
-		WHERE k.key_hash = $1 AND k.revoked_at IS NULL AND t.disabled_at IS NULL`, hash).Scan(&p.KeyID, &p.TenantID)
-	found := err == nil
-	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-		return Principal{}, fmt.Errorf("auth: lookup key: %w", err)
+		WHERE k.key_hash = $1 AND k.revoked_at IS NULL AND t.disabled_at IS NULL`, []byte(hash)).Scan(&p.KeyID, &p.TenantID)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return cachedKey{}, nil
 	}
-	s.remember(k, cachedKey{p: p, found: found, expires: now.Add(s.ttl)})
-	if !found {
-		return Principal{}, ErrUnknownKey
+	if err != nil {
+		return cachedKey{}, fmt.Errorf("auth: lookup key: %w", err)
 	}
-	return p, nil
+	return cachedKey{p: p, found: true}, nil
 }
 
 // cached returns the cache entry of k if it is still fresh at now.

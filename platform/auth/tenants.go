@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -14,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ferryhq/ferry/events/schema"
+	"github.com/ferryhq/ferry/platform/ttlcache"
 )
 
 // RateLimit is a tenant's submission token bucket: PerSecond jobs refill
@@ -297,51 +297,35 @@ func RevokeKey(ctx context.Context, pool *pgxpool.Pool, id string) (Key, error) 
 
 // TenantCache reads tenants through a short in-memory cache, so a hot path
 // (every submission) costs no query while a change made by an admin is seen
-// within TTL. A tenant without a row reads as the zero Tenant with found=false.
+// within TTL (ttlcache: refreshed ahead, off the callers' path). A tenant
+// without a row reads as the zero Tenant with found=false.
 type TenantCache struct {
-	pool *pgxpool.Pool
-	ttl  time.Duration
-	now  func() time.Time
-
-	mu    sync.Mutex
-	cache map[string]cachedTenant
+	cache *ttlcache.Cache[cachedTenant]
 }
 
 type cachedTenant struct {
-	t       Tenant
-	found   bool
-	expires time.Time
+	t     Tenant
+	found bool
 }
 
 // NewTenantCache returns a cache over pool. ttl defaults to 1s.
 func NewTenantCache(pool *pgxpool.Pool, ttl time.Duration) *TenantCache {
-	if ttl <= 0 {
-		ttl = time.Second
-	}
-	return &TenantCache{pool: pool, ttl: ttl, now: time.Now, cache: map[string]cachedTenant{}}
+	return &TenantCache{cache: ttlcache.New(ttl, func(ctx context.Context, id string) (cachedTenant, error) {
+		t, err := GetTenant(ctx, pool, id)
+		if errors.Is(err, ErrTenantNotFound) {
+			return cachedTenant{}, nil
+		}
+		return cachedTenant{t: t, found: err == nil}, err
+	})}
 }
 
 // Get returns tenant id as of at most TTL ago.
 func (c *TenantCache) Get(ctx context.Context, id string) (Tenant, bool, error) {
-	now := c.now()
-	c.mu.Lock()
-	e, ok := c.cache[id]
-	c.mu.Unlock()
-	if ok && now.Before(e.expires) {
-		return e.t, e.found, nil
-	}
-	t, err := GetTenant(ctx, c.pool, id)
-	found := err == nil
-	if err != nil && !errors.Is(err, ErrTenantNotFound) {
+	e, err := c.cache.Get(ctx, id)
+	if err != nil {
 		return Tenant{}, false, err
 	}
-	c.mu.Lock()
-	if len(c.cache) > 100_000 {
-		c.cache = map[string]cachedTenant{}
-	}
-	c.cache[id] = cachedTenant{t: t, found: found, expires: now.Add(c.ttl)}
-	c.mu.Unlock()
-	return t, found, nil
+	return e.t, e.found, nil
 }
 
 // DispatchSettings are what the scheduler applies to a tenant's jobs at

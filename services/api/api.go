@@ -66,6 +66,7 @@ import (
 	"github.com/ferryhq/ferry/platform/secretbox"
 	"github.com/ferryhq/ferry/platform/service"
 	"github.com/ferryhq/ferry/platform/signing"
+	"github.com/ferryhq/ferry/platform/ttlcache"
 	"github.com/ferryhq/ferry/services/api/console"
 	"github.com/ferryhq/ferry/services/api/internal/groupcommit"
 	"github.com/ferryhq/ferry/services/api/internal/idem"
@@ -338,7 +339,7 @@ type Service struct {
 	idem    *idem.Store
 	unique  *unique.Store
 	tenants *auth.TenantCache
-	counts  *limits.Counter[store.Counts]
+	counts  *ttlcache.Cache[store.Counts]
 	queues  *limits.Queues
 	signing *signing.Secrets
 	// callbackBox opens async http jobs' callback tokens; callbacks fences
@@ -382,7 +383,7 @@ func New(ctx context.Context, deps *service.Deps, cfg Config) (*Service, error) 
 		idem:    idem.New(deps.Redis, cfg.IdempotencyTTL, cfg.IdempotencyClaimTTL, cfg.SubmittedTTL),
 		unique:  unique.New(deps.Redis, cfg.IdempotencyClaimTTL),
 		tenants: auth.NewTenantCache(deps.Postgres, cfg.TenantCacheTTL),
-		counts:  limits.NewCounter(cfg.CountsCacheTTL, st.TenantCounts),
+		counts:  ttlcache.New(cfg.CountsCacheTTL, st.TenantCounts),
 		queues:  limits.NewQueues(cfg.CountsCacheTTL, time.Minute, st.TenantQueues),
 		workers: newWorkersTable(cfg),
 	}

@@ -358,7 +358,7 @@ func (b *submission) settleProduced(ctx context.Context, e *entry, err error) {
 // here is logged, and the projection remains the durable record.
 func (b *submission) record(ctx context.Context) {
 	if n := b.accepted; n > 0 {
-		b.s.counts.Add(b.tenant, func(c store.Counts) store.Counts { c.Pending += int64(n); return c })
+		b.s.counts.Update(b.tenant, func(c store.Counts) store.Counts { c.Pending += int64(n); return c })
 	}
 	b.settleAnswered()
 	bg := context.WithoutCancel(ctx)

@@ -6,10 +6,16 @@
 // the producer's (acks=all, idempotent): nothing changes but the number of
 // produce calls and of the side writes done beside them.
 //
+// When no produce is in flight a request's records go out at once: the
+// group commit adds no wait to an idle broker.
+//
 // Each request may carry a side value; beside each produce, alongside (when
 // set) runs once with the side values of the whole group, concurrently with
 // the produce: the api caches the group's just-submitted job resources in
 // Redis there, one pipeline per group instead of one round trip per request.
+// A request is answered once its records are acknowledged and its group's
+// side write is done; the next group's produce does not wait for that side
+// write, only for the produce before it.
 package groupcommit
 
 import (
@@ -107,17 +113,44 @@ func (c *Committer[S]) flushLoop() {
 	}
 }
 
-// flush produces one group and hands every request its own results.
+// flush produces one group and has every request answered with its own
+// results once the group's side write is done too. It returns as soon as
+// the produce does: the next group's produce need not wait for this one's
+// side write, only its requests' answers do.
 func (c *Committer[S]) flush(group []*request[S]) {
+	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	recs, sides := c.collect(ctx, group)
+	sideDone := make(chan struct{})
+	if c.alongside != nil {
+		go func() {
+			defer close(sideDone)
+			c.alongside(ctx, sides)
+		}()
+	} else {
+		close(sideDone)
+	}
+	results := c.produce(ctx, recs...)
+	answer := func() {
+		<-sideDone
+		answerGroup(group, results)
+		cancel() // after the answers: releasing the deadline is no request's business
+	}
+	select {
+	case <-sideDone:
+		answer()
+	default:
+		go answer()
+	}
+}
+
+// collect gathers the group's records and side values. Each record is
+// produced under the group's deadline but in its own request's trace, so
+// the job keeps the trace of the request that submitted it (the producer's
+// hooks inject the traceparent from the record's context).
+func (c *Committer[S]) collect(ctx context.Context, group []*request[S]) ([]*kgo.Record, []S) {
 	var recs []*kgo.Record
 	sides := make([]S, len(group))
-	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
-	defer cancel()
 	for i, r := range group {
-		// Each record is produced under the group's deadline but in its
-		// own request's trace, so the job keeps the trace of the request
-		// that submitted it (the producer's hooks inject the traceparent
-		// from the record's context).
 		rctx := trace.ContextWithSpan(ctx, r.span)
 		for _, rec := range r.recs {
 			if rec.Context == nil {
@@ -126,14 +159,13 @@ func (c *Committer[S]) flush(group []*request[S]) {
 		}
 		recs, sides[i] = append(recs, r.recs...), r.side
 	}
-	var side sync.WaitGroup
-	if c.alongside != nil {
-		side.Go(func() { c.alongside(ctx, sides) })
-	}
-	results := c.produce(ctx, recs...)
-	side.Wait()
-	// ProduceSync lists results in the order the records completed, not
-	// the order they were given: match them by record.
+	return recs, sides
+}
+
+// answerGroup hands every request of a produced group its own records'
+// results. ProduceSync lists results in the order the records completed,
+// not the order they were given: they are matched by record.
+func answerGroup[S any](group []*request[S], results kgo.ProduceResults) {
 	errs := make(map[*kgo.Record]error, len(results))
 	for _, res := range results {
 		errs[res.Record] = res.Err

@@ -152,6 +152,59 @@ func TestFailureFailsOnlyItsRecords(t *testing.T) {
 	}
 }
 
+// TestSlowSideWriteHoldsOnlyItsGroup: a request is not answered before its
+// group's side write is done (the api's GET after a 202 reads it), but a
+// side write still running does not hold the next group's produce.
+func TestSlowSideWriteHoldsOnlyItsGroup(t *testing.T) {
+	produced := make(chan string, 10)
+	produce := func(_ context.Context, recs ...*kgo.Record) kgo.ProduceResults {
+		out := make(kgo.ProduceResults, 0, len(recs))
+		for _, r := range recs {
+			produced <- string(r.Key)
+			out = append(out, kgo.ProduceResult{Record: r})
+		}
+		return out
+	}
+	sideEntered, sideRelease := make(chan struct{}), make(chan struct{})
+	c := New(produce, func(_ context.Context, sides []int) {
+		if sides[0] == 1 {
+			close(sideEntered)
+			<-sideRelease
+		}
+	}, time.Minute)
+	first := make(chan []error, 1)
+	go func() { first <- c.Produce(context.Background(), 1, rec("first")) }()
+	<-sideEntered
+	if k := <-produced; k != "first" {
+		t.Fatalf("produced %q, want first", k)
+	}
+	// The first group's side write is held: a second request is produced
+	// and answered meanwhile, the first is not answered.
+	second := make(chan []error, 1)
+	go func() { second <- c.Produce(context.Background(), 2, rec("second")) }()
+	select {
+	case errs := <-second:
+		if len(errs) != 1 || errs[0] != nil {
+			t.Fatalf("second: %v", errs)
+		}
+	case <-time.After(20 * time.Second):
+		close(sideRelease)
+		t.Fatal("the second request is held behind the first group's side write")
+	}
+	if k := <-produced; k != "second" {
+		t.Fatalf("produced %q, want second", k)
+	}
+	select {
+	case errs := <-first:
+		t.Fatalf("first answered before its side write was done: %v", errs)
+	default:
+	}
+	close(sideRelease)
+	if errs := <-first; len(errs) != 1 || errs[0] != nil {
+		t.Fatalf("first: %v", errs)
+	}
+}
+
 // TestCallerGivesUp: a caller whose context ends stops waiting (with its
 // context's error) without failing the group for the others.
 func TestCallerGivesUp(t *testing.T) {

@@ -1,6 +1,6 @@
 // Package limits enforces a tenant's submission limits: the token bucket in
-// Redis (one atomic Lua script, shared by every api replica) and the cached
-// count of the tenant's unfinished jobs.
+// Redis (one atomic Lua script, shared by every api replica) and the bound
+// on a tenant's live queues (Queues).
 //
 // Redis keys:
 //
@@ -11,7 +11,6 @@ package limits
 import (
 	"context"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -79,59 +78,4 @@ func Take(ctx context.Context, rdb *redis.Client, tenant string, perSecond float
 	}
 	wait := time.Duration(max(res[1], 1)) * time.Millisecond
 	return Decision{RetryAfter: wait}, nil
-}
-
-// Counter caches per-tenant values read by a loader for a short TTL.
-type Counter[V any] struct {
-	load func(ctx context.Context, tenant string) (V, error)
-	ttl  time.Duration
-	now  func() time.Time
-
-	mu    sync.Mutex
-	cache map[string]counterEntry[V]
-}
-
-type counterEntry[V any] struct {
-	v       V
-	expires time.Time
-}
-
-// NewCounter returns a cache over load; ttl defaults to 1s.
-func NewCounter[V any](ttl time.Duration, load func(ctx context.Context, tenant string) (V, error)) *Counter[V] {
-	if ttl <= 0 {
-		ttl = time.Second
-	}
-	return &Counter[V]{load: load, ttl: ttl, now: time.Now, cache: map[string]counterEntry[V]{}}
-}
-
-// Get returns tenant's value as of at most TTL ago.
-func (c *Counter[V]) Get(ctx context.Context, tenant string) (V, error) {
-	now := c.now()
-	c.mu.Lock()
-	e, ok := c.cache[tenant]
-	c.mu.Unlock()
-	if ok && now.Before(e.expires) {
-		return e.v, nil
-	}
-	v, err := c.load(ctx, tenant)
-	if err != nil {
-		return v, err
-	}
-	c.mu.Lock()
-	if len(c.cache) > 100_000 {
-		c.cache = map[string]counterEntry[V]{}
-	}
-	c.cache[tenant] = counterEntry[V]{v: v, expires: now.Add(c.ttl)}
-	c.mu.Unlock()
-	return v, nil
-}
-
-// Add adjusts a cached value (e.g. jobs just accepted) until it expires.
-func (c *Counter[V]) Add(tenant string, f func(V) V) {
-	c.mu.Lock()
-	if e, ok := c.cache[tenant]; ok {
-		e.v = f(e.v)
-		c.cache[tenant] = e
-	}
-	c.mu.Unlock()
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/ferryhq/ferry/platform/ttlcache"
 )
 
 // Queues bounds the distinct queues a tenant has live (with unfinished
@@ -14,32 +16,41 @@ import (
 // replicas' recent admissions are seen once projected, so the bound may be
 // exceeded by about what all replicas admit within the projection's lag.
 type Queues struct {
-	load func(ctx context.Context, tenant string) (map[string]bool, error)
-	ttl  time.Duration
+	live *ttlcache.Cache[liveQueues]
 	hold time.Duration
 	now  func() time.Time
 
-	mu sync.Mutex
-	m  map[string]*tenantQueues
+	mu     sync.Mutex
+	recent map[string]map[string]time.Time // tenant → name admitted by this replica, not yet seen projected → when
 }
 
-type tenantQueues struct {
-	live   map[string]bool // queue known to the projection → has unfinished jobs
+// liveQueues is a tenant's queues as the projection knew them at loaded:
+// queue → has unfinished jobs.
+type liveQueues struct {
+	queues map[string]bool
 	loaded time.Time
-	recent map[string]time.Time // admitted by this replica, not yet seen projected → when
 }
 
 // NewQueues returns a Queues over load, which returns the tenant's queues
 // the projection knows, each with whether it has unfinished jobs; ttl
 // defaults to 1s, hold to 1m.
 func NewQueues(ttl, hold time.Duration, load func(ctx context.Context, tenant string) (map[string]bool, error)) *Queues {
-	if ttl <= 0 {
-		ttl = time.Second
-	}
 	if hold <= 0 {
 		hold = time.Minute
 	}
-	return &Queues{load: load, ttl: ttl, hold: hold, now: time.Now, m: map[string]*tenantQueues{}}
+	q := &Queues{hold: hold, now: time.Now, recent: map[string]map[string]time.Time{}}
+	q.live = ttlcache.New(ttl, func(ctx context.Context, tenant string) (liveQueues, error) {
+		at := q.now()
+		m, err := load(ctx, tenant)
+		return liveQueues{queues: m, loaded: at}, err
+	})
+	return q
+}
+
+// setClock replaces the clock of Queues and of its cache (tests).
+func (q *Queues) setClock(now func() time.Time) {
+	q.now = now
+	q.live.SetClock(now)
 }
 
 // Check returns the names of qs the tenant does not have live yet and how
@@ -47,36 +58,48 @@ func NewQueues(ttl, hold time.Duration, load func(ctx context.Context, tenant st
 // the request when that exceeds its limit, and otherwise calls Note with
 // the new names once the jobs are accepted.
 func (q *Queues) Check(ctx context.Context, tenant string, qs []string) (fresh []string, total int, err error) {
-	t, err := q.tenant(ctx, tenant)
+	l, err := q.live.Get(ctx, tenant)
 	if err != nil {
 		return nil, 0, err
 	}
+	live := l.queues
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	now := q.now()
-	known := 0
-	for _, live := range t.live {
-		if live {
-			known++
-		}
-	}
-	for n, at := range t.recent {
-		if now.Sub(at) > q.hold {
-			delete(t.recent, n)
-		} else {
+	recent := q.recentOf(tenant, l)
+	known := len(recent)
+	for _, l := range live {
+		if l {
 			known++
 		}
 	}
 	seen := map[string]bool{}
 	for _, n := range qs {
-		_, recent := t.recent[n]
-		if t.live[n] || recent || seen[n] {
+		_, r := recent[n]
+		if live[n] || r || seen[n] {
 			continue
 		}
 		seen[n] = true
 		fresh = append(fresh, n)
 	}
 	return fresh, known + len(fresh), nil
+}
+
+// recentOf returns tenant's recent names, dropping those past the hold and
+// those a projection read after their admission knows (it counts them from
+// then on). q.mu is held.
+func (q *Queues) recentOf(tenant string, live liveQueues) map[string]time.Time {
+	recent := q.recent[tenant]
+	now := q.now()
+	for n, at := range recent {
+		_, projected := live.queues[n]
+		if (projected && !live.loaded.Before(at)) || now.Sub(at) > q.hold {
+			delete(recent, n)
+		}
+	}
+	if len(recent) == 0 {
+		delete(q.recent, tenant)
+	}
+	return recent
 }
 
 // Note records names this replica just admitted for tenant.
@@ -86,44 +109,19 @@ func (q *Queues) Note(tenant string, names []string) {
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	t := q.m[tenant]
-	if t == nil {
-		return // evicted meanwhile: the next load reads the projection
+	r := q.recent[tenant]
+	if r == nil {
+		if len(q.recent) >= maxTenants {
+			q.recent = map[string]map[string]time.Time{}
+		}
+		r = map[string]time.Time{}
+		q.recent[tenant] = r
 	}
 	now := q.now()
 	for _, n := range names {
-		t.recent[n] = now
+		r[n] = now
 	}
 }
 
-// tenant returns tenant's entry, reloading its live set when older than TTL.
-func (q *Queues) tenant(ctx context.Context, tenant string) (*tenantQueues, error) {
-	now := q.now()
-	q.mu.Lock()
-	t := q.m[tenant]
-	fresh := t != nil && now.Sub(t.loaded) < q.ttl
-	q.mu.Unlock()
-	if fresh {
-		return t, nil
-	}
-	live, err := q.load(ctx, tenant)
-	if err != nil {
-		return nil, err
-	}
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if t = q.m[tenant]; t == nil {
-		if len(q.m) > 100_000 {
-			q.m = map[string]*tenantQueues{}
-		}
-		t = &tenantQueues{recent: map[string]time.Time{}}
-		q.m[tenant] = t
-	}
-	t.live, t.loaded = live, now
-	for n := range t.recent {
-		if _, projected := live[n]; projected {
-			delete(t.recent, n) // the projection counts it from now on
-		}
-	}
-	return t, nil
-}
+// maxTenants bounds the tenants whose recent names are kept.
+const maxTenants = 100_000

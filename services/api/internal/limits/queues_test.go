@@ -20,7 +20,7 @@ func TestQueuesCheck(t *testing.T) {
 		}
 		return out, nil
 	})
-	q.now = func() time.Time { return now }
+	q.setClock(func() time.Time { return now })
 	fresh, total, err := q.Check(ctx, "t", []string{"a", "b", "b", "c"})
 	if err != nil || len(fresh) != 2 || total != 3 {
 		t.Fatalf("fresh %v total %d %v", fresh, total, err)
