@@ -40,6 +40,20 @@ end
 -- at its end (flush_ended): nothing in an apply call adds a job to a
 -- lease set or a running set (dispatch does), so removing later is safe.
 local ended_leases, ended_runs = {}, {}
+-- Set additions of the enqueues of this call (ready and delayed sets, by
+-- key: score, id, score, id, ...), written once per set by flush_added
+-- before any other op may read or remove from those sets: a run of fresh
+-- enqueues costs two commands per job (its state read and its HSET).
+local added = {}
+local function add_later(key, score, id)
+  fair_push(added, key, score)
+  fair_push(added, key, id)
+end
+
+local function flush_added()
+  for k, args in pairs(added) do fair_bulk('ZADD', k, args) end
+  added = {}
+end
 local function end_run(pool, t, id)
   fair_push(ended_leases, pool, id)
   if t then fair_push(ended_runs, t, id) end
@@ -77,15 +91,20 @@ local function unindex(jk, id, f)
   gate_leave(jk, id, g[3], g[4], g[5], g[6], g[7], now)
 end
 
--- terminal leaves only the job's terminal state (and tenant) for the
--- terminal TTL.
+-- TERMINAL_CLEARED are the fields a terminal marker empties: the job's
+-- spec, history and trace (the bulk of its hash) and its fair-share charge.
+-- They are set to '' in the marker's one HSET rather than deleted by an
+-- HDEL of their own: a command less per job, and every reader treats ''
+-- as absent (fair_settle reads est as a number).
+local TERMINAL_CLEARED = {'spec', '', 'history', '', 'rf', '', 'est', '', 'cw', '', 'tp', ''}
+
+-- terminal leaves the job's terminal state (and tenant) for the terminal
+-- TTL: two commands.
 local function terminal(jk, state, tenant)
-  if tenant and tenant ~= '' then
-    redis.call('HSET', jk, 'state', state, 'did', '', 'tenant', tenant)
-  else
-    redis.call('HSET', jk, 'state', state, 'did', '')
-  end
-  redis.call('HDEL', jk, 'spec', 'history', 'rf', 'est', 'cw', 'tp')
+  local h = {'state', state, 'did', ''}
+  if tenant and tenant ~= '' then h[#h + 1], h[#h + 2] = 'tenant', tenant end
+  for _, v in ipairs(TERMINAL_CLEARED) do h[#h + 1] = v end
+  redis.call('HSET', jk, unpack(h))
   redis.call('EXPIRE', jk, ttl)
 end
 
@@ -109,8 +128,9 @@ local function op_job(o)
 end
 
 -- E id tenant attempt queue pool prio run_at_ms not_after_ms created ready spec history redriven_from type
---   concurrency_key concurrency_limit traceparent: an attempt is enqueued. A fresh job costs four
---   commands: its state read, one HSET of every field, and its two ready (or delayed) sets.
+--   concurrency_key concurrency_limit traceparent: an attempt is enqueued. A fresh job costs two
+--   commands: its state read and one HSET of every field; its ready (or delayed) sets are
+--   written once per call for every enqueue of the run (add_later).
 ops.E = function(o)
   local id, tenant, attempt = ARGV[o], ARGV[o + 1], tonumber(ARGV[o + 2])
   local q, pool, prio, run_at = ARGV[o + 3], ARGV[o + 4], ARGV[o + 5], tonumber(ARGV[o + 6])
@@ -119,6 +139,7 @@ ops.E = function(o)
   local st, known = f[1], tonumber(f[2])
   if st == 'done' or st == 'cancelled' or st == 'dead' or (known and known >= attempt) then return end
   if st then
+    flush_added()
     unindex(jk, id)
     redis.call('PERSIST', jk)
   end
@@ -128,21 +149,23 @@ ops.E = function(o)
   if ARGV[o + 14] ~= '' then
     h[#h + 1], h[#h + 2], h[#h + 3], h[#h + 4] = 'ck', ARGV[o + 14], 'cl', ARGV[o + 15]
   end
-  local j = {pool = pool, queue = q, tenant = tenant}
+  local tq = fair_tq(pool, q, tenant)
   if run_at > now then
     h[#h + 1], h[#h + 2] = 'state', 'delayed'
     redis.call('HSET', jk, unpack(h))
-    redis.call('ZADD', delayed_key(q), run_at, id)
-    fair_delayed(j, id, run_at)
+    add_later(delayed_key(q), run_at, id)
+    add_later(tq .. ':delayed', run_at, id)
   else
     local seq = fair_seq()
     local score = fair_score(prio, seq, false)
     h[#h + 1], h[#h + 2], h[#h + 3], h[#h + 4] = 'state', 'ready', 'seq', seq
     redis.call('HSET', jk, unpack(h))
-    redis.call('ZADD', ready_key(q), score, id)
-    -- unindex took it out of its delayed set already.
-    fair_index_ready(j, id, score, false)
+    -- unindex took it out of its delayed sets already.
+    add_later(ready_key(q), score, id)
+    add_later(tq, score, id)
+    fair_activate(pool, tenant)
   end
+  fair_index(pool, q, tenant)
   out[1] = 1
 end
 
@@ -227,8 +250,7 @@ ops.X = function(o)
   local id, jk, st = op_job(o)
   if st == 'inflight' then
     -- Keep the slot until the worker reports or the lease runs out.
-    redis.call('HSET', jk, 'state', 'cancelled')
-    redis.call('HDEL', jk, 'spec', 'history', 'rf')
+    redis.call('HSET', jk, 'state', 'cancelled', 'spec', '', 'history', '', 'rf', '')
     redis.call('EXPIRE', jk, ttl)
   elseif st ~= 'done' and st ~= 'cancelled' then
     if st then unindex(jk, id) end
@@ -335,9 +357,12 @@ while i <= #ARGV do
   if n ~= ARITY[op] or i + 1 + n > #ARGV then
     return redis.error_reply('qstore: op ' .. op .. ' takes ' .. ARITY[op] .. ' arguments, got ' .. tostring(ARGV[i + 1]))
   end
+  -- Only enqueues (and their traces) leave the sets they add to pending.
+  if op ~= 'E' and op ~= 'T' then flush_added() end
   fn(i + 2)
   i = i + 2 + n
 end
+flush_added()
 flush_ended()
 fair_flush()
 for _, v in ipairs(sup) do out[#out + 1] = v end
