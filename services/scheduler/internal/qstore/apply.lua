@@ -27,19 +27,24 @@ local function held_key(pool) return P .. 'pool:' .. pool .. ':held' end
 
 -- hold_lease moves an in-flight job to its pool's held set (leases of
 -- attempts held outside Ferry's workers, which count against no worker
--- slot) with the lease deadline until. Its tenant was charged the estimate
--- at dispatch; the time a receiver holds it takes no slot, so no measured
--- run time reconciles that charge (the est fields go, fair.lua).
+-- slot) with the lease deadline until, and marks it held (field held: the
+-- job may be in the held set, so its completion removes it from there;
+-- completions of jobs without the mark, nearly all, skip that command; a
+-- done job is never dispatched again, so a held entry it might keep from
+-- an older state only expires). Its tenant was charged
+-- the estimate at dispatch; the time a receiver holds it takes no slot, so
+-- no measured run time reconciles that charge (the est fields are emptied,
+-- fair.lua).
 local function hold_lease(jk, id, pool, until_ms)
   redis.call('ZREM', inflight_key(pool), id)
   redis.call('ZADD', held_key(pool), until_ms, id)
-  redis.call('HDEL', jk, 'est', 'cw')
+  redis.call('HSET', jk, 'est', '', 'cw', '', 'held', '1')
 end
 
 -- Ended leases and slots of this call, by pool and by tenant, written once
 -- at its end (flush_ended): nothing in an apply call adds a job to a
 -- lease set or a running set (dispatch does), so removing later is safe.
-local ended_leases, ended_runs = {}, {}
+local ended_leases, ended_held, ended_runs = {}, {}, {}
 -- Set additions of the enqueues of this call (ready and delayed sets, by
 -- key: score, id, score, id, ...), written once per set by flush_added
 -- before any other op may read or remove from those sets: a run of fresh
@@ -54,27 +59,26 @@ local function flush_added()
   for k, args in pairs(added) do fair_bulk('ZADD', k, args) end
   added = {}
 end
-local function end_run(pool, t, id)
+local function end_run(pool, t, id, held)
   fair_push(ended_leases, pool, id)
+  if held then fair_push(ended_held, pool, id) end
   if t then fair_push(ended_runs, t, id) end
 end
 
 local function flush_ended()
-  for pool, ids in pairs(ended_leases) do
-    fair_bulk('ZREM', inflight_key(pool), ids)
-    fair_bulk('ZREM', held_key(pool), ids)
-  end
+  for pool, ids in pairs(ended_leases) do fair_bulk('ZREM', inflight_key(pool), ids) end
+  for pool, ids in pairs(ended_held) do fair_bulk('ZREM', held_key(pool), ids) end
   for t, ids in pairs(ended_runs) do fair_bulk('SREM', P .. 'tenant:' .. t .. ':running', ids) end
-  ended_leases, ended_runs = {}, {}
+  ended_leases, ended_held, ended_runs = {}, {}, {}
 end
 
 -- unindex takes a job out of every index it may be in. f holds the job's
--- state, pool, tenant, ck, gk and probe fields (nil: read them). A job in
+-- state, pool, tenant, ck, gk, probe and held fields (nil: read them). A job in
 -- flight without flow-control fields (the common completion) is only in
 -- its pool's lease sets and its tenant's running set.
 local function unindex(jk, id, f)
   if f and f.state == 'inflight' and (f.ck or '') == '' and (f.gk or '') == '' and (f.probe or '') == '' and f.pool then
-    end_run(f.pool, f.tenant, id)
+    end_run(f.pool, f.tenant, id, f.held == '1')
     return
   end
   fair_unindex(jk, id)
@@ -198,9 +202,10 @@ end
 ops.C = function(o)
   local id, tenant, did = ARGV[o], ARGV[o + 1], ARGV[o + 2]
   local jk = P .. 'job:' .. id
-  local v = redis.call('HMGET', jk, 'state', 'did', 'tenant', 'attempt', 'probe', 'type', 'pool', 'ck', 'gk', 'est', 'cw')
+  local v = redis.call('HMGET', jk, 'state', 'did', 'tenant', 'attempt', 'probe', 'type', 'pool', 'ck', 'gk', 'est', 'cw',
+    'held')
   local f = {state = v[1], did = v[2], tenant = v[3], attempt = v[4], probe = v[5], type = v[6], pool = v[7],
-    ck = v[8], gk = v[9], est = v[10], cw = v[11]}
+    ck = v[8], gk = v[9], est = v[10], cw = v[11], held = v[12]}
   if f.state == 'done' then return end
   fair_settle(jk, did, tonumber(ARGV[o + 3]) or 0, tonumber(ARGV[o + 4]) or 0, f)
   if f.probe == '1' and f.tenant then
@@ -226,6 +231,8 @@ ops.F = function(o)
   local st = f[1]
   if not st or f[2] ~= did or did == '' then return end
   if st == 'inflight' or st == 'cancelled' then
+    -- Unconditionally out of the held set: a job that runs again must not
+    -- keep a held lease from a state written before the held mark existed.
     redis.call('ZREM', inflight_key(f[3]), id)
     redis.call('ZREM', held_key(f[3]), id)
     fair_unrun(jk, id, f[4])
