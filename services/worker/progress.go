@@ -10,12 +10,19 @@ import (
 
 // reporter coalesces a job's progress reports into at most one progress
 // event per Config.ProgressInterval (always sending the last report) and
-// sends a heartbeat every Config.Heartbeat.
+// sends a heartbeat every Config.Heartbeat. Its loop (a goroutine, a
+// ticker and three channels) starts only at the first report or the first
+// heartbeat: most jobs end before either, and then cost one timer.
 type reporter struct {
 	mu      sync.Mutex
 	percent float64
 	message string
 	dirty   bool
+	// running says the loop was started; stopped that stop began (no
+	// loop starts after it).
+	running, stopped bool
+	firstBeat        *time.Timer
+	start            func(heartbeat bool)
 
 	notify chan struct{}
 	done   chan struct{}
@@ -23,9 +30,27 @@ type reporter struct {
 }
 
 func (s *Service) startReporter(ctx context.Context, d schema.Dispatch) *reporter {
-	r := &reporter{notify: make(chan struct{}, 1), done: make(chan struct{}), exited: make(chan struct{})}
-	go r.loop(ctx, s, d)
+	r := &reporter{}
+	r.start = func(heartbeat bool) {
+		r.notify, r.done, r.exited = make(chan struct{}, 1), make(chan struct{}), make(chan struct{})
+		go r.loop(ctx, s, d, heartbeat)
+	}
+	r.firstBeat = time.AfterFunc(s.cfg.Heartbeat, func() {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		r.startLocked(true)
+	})
 	return r
+}
+
+// startLocked starts the loop unless it runs or stop began; heartbeat
+// says it starts with a heartbeat (the first one is due).
+func (r *reporter) startLocked(heartbeat bool) {
+	if r.running || r.stopped {
+		return
+	}
+	r.running = true
+	r.start(heartbeat)
 }
 
 // report records a progress report; the message is made storable text
@@ -34,9 +59,14 @@ func (r *reporter) report(percent float64, message string) {
 	message = schema.EventText(message, maxProgressMessage)
 	r.mu.Lock()
 	r.percent, r.message, r.dirty = percent, message, true
+	r.startLocked(false)
+	notify := r.notify
 	r.mu.Unlock()
+	if notify == nil {
+		return // stop began before any loop: nothing is sent after the attempt ended
+	}
 	select {
-	case r.notify <- struct{}{}:
+	case notify <- struct{}{}:
 	default:
 	}
 }
@@ -48,13 +78,21 @@ func (r *reporter) last() float64 {
 	return r.percent
 }
 
-// stop flushes a pending report and waits for the loop to end.
+// stop flushes a pending report and waits for the loop, if it started, to end.
 func (r *reporter) stop() {
-	close(r.done)
-	<-r.exited
+	r.firstBeat.Stop()
+	r.mu.Lock()
+	r.stopped = true
+	running := r.running
+	r.mu.Unlock()
+	if running {
+		close(r.done)
+		<-r.exited
+	}
 }
 
-func (r *reporter) loop(ctx context.Context, s *Service, d schema.Dispatch) {
+// loop sends the reports and heartbeats; heartbeat says one is due now.
+func (r *reporter) loop(ctx context.Context, s *Service, d schema.Dispatch, heartbeat bool) {
 	defer close(r.exited)
 	hb := time.NewTicker(s.cfg.Heartbeat)
 	defer hb.Stop()
@@ -96,6 +134,9 @@ func (r *reporter) loop(ctx context.Context, s *Service, d schema.Dispatch) {
 			wait.Stop()
 		}
 	}()
+	if heartbeat {
+		send(true)
+	}
 	for {
 		select {
 		case <-r.done:

@@ -489,7 +489,7 @@ func (s *Service) process(hardCtx context.Context, q queued) {
 		s.consumer.MarkCommitRecords(q.rec)
 		return
 	}
-	log := s.log.With(append(telemetry.JobAttrs(d.JobRef, q.rec.Context), "dispatch_id", d.DispatchID)...)
+	log := s.jobLogger(d.JobRef, q.rec.Context, d.DispatchID)
 	r, h := s.admit(hardCtx, q, d, log)
 	if r == nil {
 		return

@@ -85,6 +85,37 @@ func TestSleepReportsProgressThenCompletes(t *testing.T) {
 	}
 }
 
+// TestSilentJobSendsHeartbeats: a handler that never reports still renews
+// its lease: heartbeats (progress events at 0 %) every Heartbeat while it
+// runs, from the reporter that starts at the first one, and none after it
+// ended.
+func TestSilentJobSendsHeartbeats(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	release := make(chan struct{})
+	b.start(worker.Config{Heartbeat: 100 * time.Millisecond}, func(r *worker.Registry) {
+		r.Register("silent", func(ctx context.Context, job *worker.Job) (any, error) {
+			<-release
+			return nil, nil
+		})
+	})
+	d := b.dispatch("silent", nil)
+	isBeat, beats := ofJob[schema.Progress](d.JobID), 0
+	b.waitFor("a second heartbeat", func(ev schema.Event) bool {
+		if isBeat(ev) {
+			beats++
+		}
+		return beats >= 2
+	})
+	close(release)
+	c := b.completed(d)
+	for _, ev := range b.all(ofJob[schema.Progress](d.JobID)) {
+		if p := ev.Data.(schema.Progress); p.Percent != 0 || p.DispatchID != d.DispatchID || p.At.After(c.FinishedAt) {
+			t.Errorf("heartbeat %+v (finished at %s)", p, c.FinishedAt)
+		}
+	}
+}
+
 func TestProgressIsCoalesced(t *testing.T) {
 	t.Parallel()
 	b := newBench(t)

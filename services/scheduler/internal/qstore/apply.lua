@@ -27,40 +27,58 @@ local function held_key(pool) return P .. 'pool:' .. pool .. ':held' end
 
 -- hold_lease moves an in-flight job to its pool's held set (leases of
 -- attempts held outside Ferry's workers, which count against no worker
--- slot) with the lease deadline until. Its tenant was charged the estimate
--- at dispatch; the time a receiver holds it takes no slot, so no measured
--- run time reconciles that charge (the est fields go, fair.lua).
+-- slot) with the lease deadline until, and marks it held (field held: the
+-- job may be in the held set, so its completion removes it from there;
+-- completions of jobs without the mark, nearly all, skip that command; a
+-- done job is never dispatched again, so a held entry it might keep from
+-- an older state only expires). Its tenant was charged
+-- the estimate at dispatch; the time a receiver holds it takes no slot, so
+-- no measured run time reconciles that charge (the est fields are emptied,
+-- fair.lua).
 local function hold_lease(jk, id, pool, until_ms)
   redis.call('ZREM', inflight_key(pool), id)
   redis.call('ZADD', held_key(pool), until_ms, id)
-  redis.call('HDEL', jk, 'est', 'cw')
+  redis.call('HSET', jk, 'est', '', 'cw', '', 'held', '1')
 end
 
 -- Ended leases and slots of this call, by pool and by tenant, written once
 -- at its end (flush_ended): nothing in an apply call adds a job to a
 -- lease set or a running set (dispatch does), so removing later is safe.
-local ended_leases, ended_runs = {}, {}
-local function end_run(pool, t, id)
+local ended_leases, ended_held, ended_runs = {}, {}, {}
+-- Set additions of the enqueues of this call (ready and delayed sets, by
+-- key: score, id, score, id, ...), written once per set by flush_added
+-- before any other op may read or remove from those sets: a run of fresh
+-- enqueues costs two commands per job (its state read and its HSET).
+local added = {}
+local function add_later(key, score, id)
+  fair_push(added, key, score)
+  fair_push(added, key, id)
+end
+
+local function flush_added()
+  for k, args in pairs(added) do fair_bulk('ZADD', k, args) end
+  added = {}
+end
+local function end_run(pool, t, id, held)
   fair_push(ended_leases, pool, id)
+  if held then fair_push(ended_held, pool, id) end
   if t then fair_push(ended_runs, t, id) end
 end
 
 local function flush_ended()
-  for pool, ids in pairs(ended_leases) do
-    fair_bulk('ZREM', inflight_key(pool), ids)
-    fair_bulk('ZREM', held_key(pool), ids)
-  end
+  for pool, ids in pairs(ended_leases) do fair_bulk('ZREM', inflight_key(pool), ids) end
+  for pool, ids in pairs(ended_held) do fair_bulk('ZREM', held_key(pool), ids) end
   for t, ids in pairs(ended_runs) do fair_bulk('SREM', P .. 'tenant:' .. t .. ':running', ids) end
-  ended_leases, ended_runs = {}, {}
+  ended_leases, ended_held, ended_runs = {}, {}, {}
 end
 
 -- unindex takes a job out of every index it may be in. f holds the job's
--- state, pool, tenant, ck, gk and probe fields (nil: read them). A job in
+-- state, pool, tenant, ck, gk, probe and held fields (nil: read them). A job in
 -- flight without flow-control fields (the common completion) is only in
 -- its pool's lease sets and its tenant's running set.
 local function unindex(jk, id, f)
   if f and f.state == 'inflight' and (f.ck or '') == '' and (f.gk or '') == '' and (f.probe or '') == '' and f.pool then
-    end_run(f.pool, f.tenant, id)
+    end_run(f.pool, f.tenant, id, f.held == '1')
     return
   end
   fair_unindex(jk, id)
@@ -77,15 +95,20 @@ local function unindex(jk, id, f)
   gate_leave(jk, id, g[3], g[4], g[5], g[6], g[7], now)
 end
 
--- terminal leaves only the job's terminal state (and tenant) for the
--- terminal TTL.
+-- TERMINAL_CLEARED are the fields a terminal marker empties: the job's
+-- spec, history and trace (the bulk of its hash) and its fair-share charge.
+-- They are set to '' in the marker's one HSET rather than deleted by an
+-- HDEL of their own: a command less per job, and every reader treats ''
+-- as absent (fair_settle reads est as a number).
+local TERMINAL_CLEARED = {'spec', '', 'history', '', 'rf', '', 'est', '', 'cw', '', 'tp', ''}
+
+-- terminal leaves the job's terminal state (and tenant) for the terminal
+-- TTL: two commands.
 local function terminal(jk, state, tenant)
-  if tenant and tenant ~= '' then
-    redis.call('HSET', jk, 'state', state, 'did', '', 'tenant', tenant)
-  else
-    redis.call('HSET', jk, 'state', state, 'did', '')
-  end
-  redis.call('HDEL', jk, 'spec', 'history', 'rf', 'est', 'cw', 'tp')
+  local h = {'state', state, 'did', ''}
+  if tenant and tenant ~= '' then h[#h + 1], h[#h + 2] = 'tenant', tenant end
+  for _, v in ipairs(TERMINAL_CLEARED) do h[#h + 1] = v end
+  redis.call('HSET', jk, unpack(h))
   redis.call('EXPIRE', jk, ttl)
 end
 
@@ -109,8 +132,9 @@ local function op_job(o)
 end
 
 -- E id tenant attempt queue pool prio run_at_ms not_after_ms created ready spec history redriven_from type
---   concurrency_key concurrency_limit traceparent: an attempt is enqueued. A fresh job costs four
---   commands: its state read, one HSET of every field, and its two ready (or delayed) sets.
+--   concurrency_key concurrency_limit traceparent: an attempt is enqueued. A fresh job costs two
+--   commands: its state read and one HSET of every field; its ready (or delayed) sets are
+--   written once per call for every enqueue of the run (add_later).
 ops.E = function(o)
   local id, tenant, attempt = ARGV[o], ARGV[o + 1], tonumber(ARGV[o + 2])
   local q, pool, prio, run_at = ARGV[o + 3], ARGV[o + 4], ARGV[o + 5], tonumber(ARGV[o + 6])
@@ -119,6 +143,7 @@ ops.E = function(o)
   local st, known = f[1], tonumber(f[2])
   if st == 'done' or st == 'cancelled' or st == 'dead' or (known and known >= attempt) then return end
   if st then
+    flush_added()
     unindex(jk, id)
     redis.call('PERSIST', jk)
   end
@@ -128,21 +153,23 @@ ops.E = function(o)
   if ARGV[o + 14] ~= '' then
     h[#h + 1], h[#h + 2], h[#h + 3], h[#h + 4] = 'ck', ARGV[o + 14], 'cl', ARGV[o + 15]
   end
-  local j = {pool = pool, queue = q, tenant = tenant}
+  local tq = fair_tq(pool, q, tenant)
   if run_at > now then
     h[#h + 1], h[#h + 2] = 'state', 'delayed'
     redis.call('HSET', jk, unpack(h))
-    redis.call('ZADD', delayed_key(q), run_at, id)
-    fair_delayed(j, id, run_at)
+    add_later(delayed_key(q), run_at, id)
+    add_later(tq .. ':delayed', run_at, id)
   else
     local seq = fair_seq()
     local score = fair_score(prio, seq, false)
     h[#h + 1], h[#h + 2], h[#h + 3], h[#h + 4] = 'state', 'ready', 'seq', seq
     redis.call('HSET', jk, unpack(h))
-    redis.call('ZADD', ready_key(q), score, id)
-    -- unindex took it out of its delayed set already.
-    fair_index_ready(j, id, score, false)
+    -- unindex took it out of its delayed sets already.
+    add_later(ready_key(q), score, id)
+    add_later(tq, score, id)
+    fair_activate(pool, tenant)
   end
+  fair_index(pool, q, tenant)
   out[1] = 1
 end
 
@@ -175,9 +202,10 @@ end
 ops.C = function(o)
   local id, tenant, did = ARGV[o], ARGV[o + 1], ARGV[o + 2]
   local jk = P .. 'job:' .. id
-  local v = redis.call('HMGET', jk, 'state', 'did', 'tenant', 'attempt', 'probe', 'type', 'pool', 'ck', 'gk', 'est', 'cw')
+  local v = redis.call('HMGET', jk, 'state', 'did', 'tenant', 'attempt', 'probe', 'type', 'pool', 'ck', 'gk', 'est', 'cw',
+    'held')
   local f = {state = v[1], did = v[2], tenant = v[3], attempt = v[4], probe = v[5], type = v[6], pool = v[7],
-    ck = v[8], gk = v[9], est = v[10], cw = v[11]}
+    ck = v[8], gk = v[9], est = v[10], cw = v[11], held = v[12]}
   if f.state == 'done' then return end
   fair_settle(jk, did, tonumber(ARGV[o + 3]) or 0, tonumber(ARGV[o + 4]) or 0, f)
   if f.probe == '1' and f.tenant then
@@ -203,6 +231,8 @@ ops.F = function(o)
   local st = f[1]
   if not st or f[2] ~= did or did == '' then return end
   if st == 'inflight' or st == 'cancelled' then
+    -- Unconditionally out of the held set: a job that runs again must not
+    -- keep a held lease from a state written before the held mark existed.
     redis.call('ZREM', inflight_key(f[3]), id)
     redis.call('ZREM', held_key(f[3]), id)
     fair_unrun(jk, id, f[4])
@@ -227,8 +257,7 @@ ops.X = function(o)
   local id, jk, st = op_job(o)
   if st == 'inflight' then
     -- Keep the slot until the worker reports or the lease runs out.
-    redis.call('HSET', jk, 'state', 'cancelled')
-    redis.call('HDEL', jk, 'spec', 'history', 'rf')
+    redis.call('HSET', jk, 'state', 'cancelled', 'spec', '', 'history', '', 'rf', '')
     redis.call('EXPIRE', jk, ttl)
   elseif st ~= 'done' and st ~= 'cancelled' then
     if st then unindex(jk, id) end
@@ -335,9 +364,12 @@ while i <= #ARGV do
   if n ~= ARITY[op] or i + 1 + n > #ARGV then
     return redis.error_reply('qstore: op ' .. op .. ' takes ' .. ARITY[op] .. ' arguments, got ' .. tostring(ARGV[i + 1]))
   end
+  -- Only enqueues (and their traces) leave the sets they add to pending.
+  if op ~= 'E' and op ~= 'T' then flush_added() end
   fn(i + 2)
   i = i + 2 + n
 end
+flush_added()
 flush_ended()
 fair_flush()
 for _, v in ipairs(sup) do out[#out + 1] = v end

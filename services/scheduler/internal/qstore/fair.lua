@@ -192,12 +192,14 @@ local function fair_settle(jk, did, started, finished, f)
   if not f then
     local v = redis.call('HMGET', jk, 'did', 'est', 'cw', 'pool', 'tenant', 'type')
     f = {did = v[1], est = v[2], cw = v[3], pool = v[4], tenant = v[5], type = v[6]}
-    if did ~= '' and f.did == did and f.est then redis.call('HDEL', jk, 'est', 'cw') end
+    if did ~= '' and f.did == did and tonumber(f.est) then redis.call('HDEL', jk, 'est', 'cw') end
   end
-  if did == '' or f.did ~= did or not f.est then return end
+  -- A terminal marker holds est = '' (apply.lua's terminal): no charge.
+  local est = tonumber(f.est)
+  if did == '' or f.did ~= did or not est then return end
   if started <= 0 or finished < started then return end
   local actual = math.max(finished - started, 1)
-  local est, w = tonumber(f.est), tonumber(f.cw) or 1
+  local w = tonumber(f.cw) or 1
   local m = (f.pool or 'short') .. '\n' .. (f.tenant or '')
   fair_vt_delta[m] = (fair_vt_delta[m] or 0) + (actual - est) / w
   local old, field = fair_estimate(f.tenant or '', f.type)

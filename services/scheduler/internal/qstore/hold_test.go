@@ -80,3 +80,33 @@ func TestHeldAttemptFreesItsSlot(t *testing.T) {
 		t.Fatalf("%d jobs left in the held set", n)
 	}
 }
+
+// TestHeldAttemptCompletes: a held attempt's completion (the receiver's
+// callback) takes it out of the held set; a plain job's completion beside
+// it leaves the held set alone.
+func TestHeldAttemptCompletes(t *testing.T) {
+	b := setup(t)
+	b.worker(t0, "w1", 2)
+	b.enqueue(t0, enq("async", 1, "default", 5, t0), enq("plain", 1, "default", 5, t0))
+	d := b.dispatch(t0, 0).Dispatched
+	if len(d) != 2 {
+		t.Fatalf("dispatched %v", ids(d))
+	}
+	held := map[bool]Template{d[0].JobID == "async": d[0], d[1].JobID == "async": d[1]}
+	b.apply(t0.Add(time.Second), func(batch *Batch) { batch.Hold("async", held[true].DispatchID, time.Minute) })
+	b.apply(t0.Add(2*time.Second), func(batch *Batch) {
+		batch.Complete("plain", "t1", held[false].DispatchID)
+		batch.Complete("async", "t1", held[true].DispatchID)
+	})
+	p := b.store.Prefix()
+	for _, k := range []string{"pool:short:held", "pool:short:inflight"} {
+		if n := b.rdb.ZCard(b.ctx, p+k).Val(); n != 0 {
+			t.Errorf("%s holds %d", k, n)
+		}
+	}
+	for _, id := range []string{"async", "plain"} {
+		if st := b.rdb.HGet(b.ctx, p+"job:"+id, "state").Val(); st != "done" {
+			t.Errorf("%s state %q", id, st)
+		}
+	}
+}

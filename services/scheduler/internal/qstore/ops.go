@@ -159,9 +159,9 @@ type traceOp struct {
 func (traceOp) code() string  { return "T" }
 func (o traceOp) args() []any { return []any{o.JobID, o.Attempt, o.TraceParent} }
 
-// encodeOp appends o as the script reads it: code, argument count, arguments.
-func encodeOp(dst []any, o op) []any {
-	a := o.args()
+// encodeOp appends o's arguments a as the script reads them: code,
+// argument count, arguments.
+func encodeOp(dst []any, o op, a []any) []any {
 	dst = append(dst, o.code(), len(a))
 	return append(dst, a...)
 }
@@ -334,25 +334,36 @@ func (b *Batch) Release(jobID, dispatchID string) {
 func (b *Batch) AckExpired(pool, jobID string) { b.add(ackExpiredOp{Pool: pool, JobID: jobID}) }
 
 // chunks encodes the batch as the arguments of script calls of at most
-// perCall ops each, every call starting with head.
+// perCall ops each, every call starting with head. Each call's arguments
+// are one slice of the exact size (a batch of hundreds of enqueues is
+// thousands of arguments: growing the slice by appends copied it a dozen
+// times).
 func (b *Batch) chunks(head []any, perCall int) [][]any {
 	var out [][]any
-	var cur []any
-	n := 0
+	pending := make([]op, 0, min(perCall, b.Len()))
+	flush := func() {
+		args := make([][]any, len(pending))
+		n := len(head)
+		for k, o := range pending {
+			args[k] = o.args()
+			n += 2 + len(args[k])
+		}
+		call := append(make([]any, 0, n), head...)
+		for k, o := range pending {
+			call = encodeOp(call, o, args[k])
+		}
+		out, pending = append(out, call), pending[:0]
+	}
 	for _, o := range b.ops {
 		if o == nil {
 			continue
 		}
-		if cur == nil {
-			cur = append([]any(nil), head...)
-		}
-		cur = encodeOp(cur, o)
-		if n++; n == perCall {
-			out, cur, n = append(out, cur), nil, 0
+		if pending = append(pending, o); len(pending) == perCall {
+			flush()
 		}
 	}
-	if cur != nil {
-		out = append(out, cur)
+	if len(pending) > 0 {
+		flush()
 	}
 	return out
 }

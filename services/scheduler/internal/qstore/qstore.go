@@ -8,7 +8,9 @@
 //
 //	P job:<id>             HASH  state, attempt, tenant, queue, pool, prio, seq, na (not_after ms),
 //	                             created, ready (RFC 3339), spec (JobSpec JSON), history (JSON),
-//	                             did (current dispatch id), rf (redriven_from)
+//	                             did (current dispatch id), rf (redriven_from), held ("1": the
+//	                             attempt may be in its pool's held set); a terminal marker keeps
+//	                             the small fields and empties spec, history, rf, est, cw and tp
 //	P q:<queue>:ready      ZSET  job ids by prio·1e14 + [5e13 +] seq (priority, then FIFO;
 //	                             re-queued lost jobs sit in the front band, without the 5e13)
 //	P q:<queue>:delayed    ZSET  job ids by due time (ms, rounded up)
