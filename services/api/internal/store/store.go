@@ -172,14 +172,9 @@ func (s *Store) groupByJob(recs []*kgo.Record) batchEvents {
 // into a scan of the table, as it would a join with the key arrays while
 // the table is small enough), in key order so two projection transactions
 // never deadlock.
-func loadForUpdate(ctx context.Context, tx pgx.Tx, keys []jobKey) (map[jobKey]Job, error) {
+func loadForUpdate(ctx context.Context, tx pgx.Tx, keys []jobKey) (map[jobKey]*Job, error) {
 	sorted := slices.Clone(keys)
-	sort.Slice(sorted, func(a, b int) bool {
-		if sorted[a].tenant != sorted[b].tenant {
-			return sorted[a].tenant < sorted[b].tenant
-		}
-		return sorted[a].id < sorted[b].id
-	})
+	slices.SortFunc(sorted, compareKeys)
 	tenants, ids := make([]string, len(sorted)), make([]string, len(sorted))
 	for i, k := range sorted {
 		tenants[i], ids[i] = k.tenant, k.id
@@ -194,21 +189,34 @@ func loadForUpdate(ctx context.Context, tx pgx.Tx, keys []jobKey) (map[jobKey]Jo
 	if err != nil {
 		return nil, fmt.Errorf("store: load jobs: %w", err)
 	}
-	out := make(map[jobKey]Job, len(jobs))
-	for _, j := range jobs {
-		out[jobKey{j.TenantID, j.ID}] = j
+	out := make(map[jobKey]*Job, len(jobs))
+	for i := range jobs {
+		out[jobKey{jobs[i].TenantID, jobs[i].ID}] = &jobs[i]
 	}
 	return out, nil
+}
+
+// compareKeys orders jobs by tenant, then id: the order every statement
+// of the projection takes its row locks in.
+func compareKeys(a, b jobKey) int {
+	if c := strings.Compare(a.tenant, b.tenant); c != 0 {
+		return c
+	}
+	return strings.Compare(a.id, b.id)
 }
 
 // fold applies each job's events to its loaded row (or a new one) with the
 // merge rules of internal/status and returns the rows that changed, with
 // the counter changes they make.
-func fold(batch batchEvents, loaded map[jobKey]Job, now time.Time) ([]Job, *countChanges) {
-	var writes []Job
+func fold(batch batchEvents, loaded map[jobKey]*Job, now time.Time) ([]*Job, *countChanges) {
+	writes := make([]*Job, 0, len(batch.order))
 	counts := newCountChanges()
 	for _, k := range batch.order {
-		j, found := loaded[k]
+		before := loaded[k]
+		j := new(Job)
+		if before != nil {
+			*j = *before
+		}
 		changed := false
 		for _, ev := range batch.byJob[k] {
 			if status.Apply(&j.Row, ev) {
@@ -218,15 +226,8 @@ func fold(batch batchEvents, loaded map[jobKey]Job, now time.Time) ([]Job, *coun
 		if !changed {
 			continue
 		}
-		var before *Job
-		if found {
-			b := loaded[k]
-			before = &b
-		} else {
-			j.Version = 0
-		}
 		writes = append(writes, j)
-		counts.move(before, &j, now)
+		counts.move(before, j, now)
 	}
 	return writes, counts
 }
@@ -237,17 +238,12 @@ func fold(batch batchEvents, loaded map[jobKey]Job, now time.Time) ([]Job, *coun
 // enqueued event after the row was created from a later one), are written
 // whole. A row another transaction wrote meanwhile fails the batch with
 // ErrConcurrentWrite; the retry merges into it.
-func writeJobs(ctx context.Context, tx pgx.Tx, writes []Job, loaded map[jobKey]Job) error {
-	sort.Slice(writes, func(a, b int) bool {
-		if writes[a].TenantID != writes[b].TenantID {
-			return writes[a].TenantID < writes[b].TenantID
-		}
-		return writes[a].ID < writes[b].ID
-	})
-	var whole, state []Job
+func writeJobs(ctx context.Context, tx pgx.Tx, writes []*Job, loaded map[jobKey]*Job) error {
+	slices.SortFunc(writes, func(a, b *Job) int { return compareKeys(jobKey{a.TenantID, a.ID}, jobKey{b.TenantID, b.ID}) })
+	var whole, state []*Job
 	for _, j := range writes {
-		before, found := loaded[jobKey{j.TenantID, j.ID}]
-		if found && sameSpec(&before, &j) {
+		before := loaded[jobKey{j.TenantID, j.ID}]
+		if before != nil && sameSpec(before, j) {
 			state = append(state, j)
 		} else {
 			whole = append(whole, j)
@@ -255,7 +251,7 @@ func writeJobs(ctx context.Context, tx pgx.Tx, writes []Job, loaded map[jobKey]J
 	}
 	for _, w := range []struct {
 		stmt batchWrite
-		jobs []Job
+		jobs []*Job
 	}{{writeWhole, whole}, {writeState, state}} {
 		if len(w.jobs) == 0 {
 			continue
@@ -379,7 +375,7 @@ func (s *Store) TenantCounts(ctx context.Context, tenant string) (Counts, error)
 // possible only if Redis lost the key while the first was in flight), so the
 // unique index never stops the projection. The job that holds the key keeps
 // it; within the batch the smallest id wins.
-func (s *Store) resolveIdempotencyConflicts(ctx context.Context, tx pgx.Tx, writes []Job) error {
+func (s *Store) resolveIdempotencyConflicts(ctx context.Context, tx pgx.Tx, writes []*Job) error {
 	var tenants, keys []string
 	for _, j := range writes {
 		if j.IdempotencyKey != "" {
@@ -406,13 +402,9 @@ func (s *Store) resolveIdempotencyConflicts(ctx context.Context, tx pgx.Tx, writ
 	if err := rows.Err(); err != nil {
 		return err
 	}
-	idx := make([]int, 0, len(writes))
-	for i := range writes {
-		idx = append(idx, i)
-	}
-	sort.Slice(idx, func(a, b int) bool { return writes[idx[a]].ID < writes[idx[b]].ID })
-	for _, i := range idx {
-		j := &writes[i]
+	byID := slices.Clone(writes)
+	slices.SortFunc(byID, func(a, b *Job) int { return strings.Compare(a.ID, b.ID) })
+	for _, j := range byID {
 		if j.IdempotencyKey == "" {
 			continue
 		}
