@@ -214,13 +214,16 @@ func (r *scannedRow) job() Job {
 func utc(t *time.Time) { *t = t.UTC() }
 
 // scanJob scans a row of selectColumns.
-func scanJob(row pgx.CollectableRow) (Job, error) {
+func scanJob(row pgx.CollectableRow) (Job, error) { return scanJobWith(row) }
+
+// scanJobWith scans a row of selectColumns followed by the columns of extra.
+func scanJobWith(row pgx.CollectableRow, extra ...any) (Job, error) {
 	var r scannedRow
-	dests := make([]any, len(jobColumns))
+	dests := make([]any, len(jobColumns), len(jobColumns)+len(extra))
 	for i, c := range jobColumns {
 		dests[i] = c.dest(&r)
 	}
-	if err := row.Scan(dests...); err != nil {
+	if err := row.Scan(append(dests, extra...)...); err != nil {
 		return Job{}, err
 	}
 	return r.job(), nil

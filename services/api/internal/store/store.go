@@ -500,46 +500,160 @@ type Filter struct {
 	CreatedFrom, CreatedTo *time.Time
 	// After lists jobs older than the cursor.
 	After *Cursor
+	// Limit is the page size.
 	Limit int
+	// ScanRows bounds the rows a status-filtered page reads; 0 means
+	// StatusScanRows.
+	ScanRows int
 	// Now decides when a scheduled job reads as queued.
 	Now time.Time
 }
 
-// List returns up to f.Limit jobs of tenant, newest first.
-func (s *Store) List(ctx context.Context, tenant string, f Filter) ([]Job, error) {
-	where := []string{"tenant_id = $1"}
-	args := []any{tenant}
-	arg := func(v any) string { args = append(args, v); return "$" + strconv.Itoa(len(args)) }
+// StatusScanRows is how many rows a status-filtered page reads at most.
+// No index covers status (status updates stay HOT), so such a page walks
+// the tenant's jobs newest first, through the index of the other filters,
+// and keeps the matching ones; a rare status in a large tenant would
+// otherwise read every row of the tenant for one page. When the bound is
+// reached first, the page ends early, possibly empty, with the cursor of
+// the last row read, and the next page carries on from there.
+const StatusScanRows = 2000
+
+// List returns up to f.Limit jobs of tenant, newest first, and the cursor
+// of the next page (nil on the last one).
+func (s *Store) List(ctx context.Context, tenant string, f Filter) ([]Job, *Cursor, error) {
+	q := listQuery{args: []any{tenant}, where: []string{"tenant_id = $1"}}
+	statusCond := q.statusCond(f)
+	q.filters(f)
+	if statusCond == "" {
+		jobs, err := s.query(ctx, "list jobs", `SELECT `+selectColumns+` FROM jobs WHERE `+q.whereSQL()+
+			` ORDER BY created_at DESC, id DESC LIMIT `+q.arg(f.Limit+1), q.args...)
+		if err != nil {
+			return nil, nil, err
+		}
+		if len(jobs) > f.Limit {
+			jobs = jobs[:f.Limit]
+			return jobs, cursorOf(&jobs[f.Limit-1]), nil
+		}
+		return jobs, nil, nil
+	}
+	return s.listScanBounded(ctx, q, statusCond, f)
+}
+
+// listScanBounded lists a status-filtered page reading at most
+// f.ScanRows rows (StatusScanRows) of those the other filters select,
+// newest first, numbered n. It returns the rows of the status among them
+// and, when the bound stops the page, the cursor of the last row read
+// (n = bound); one row more is read only to tell whether any is left.
+func (s *Store) listScanBounded(ctx context.Context, q listQuery, statusCond string, f Filter) ([]Job, *Cursor, error) {
+	scan := f.ScanRows
+	if scan <= 0 {
+		scan = StatusScanRows
+	}
+	scanArg := q.arg(scan)
+	sql := `SELECT ` + selectColumns + `, hit, n FROM (
+		SELECT *, ` + statusCond + ` AS hit, row_number() OVER (ORDER BY created_at DESC, id DESC) AS n FROM (
+			SELECT * FROM jobs WHERE ` + q.whereSQL() + ` ORDER BY created_at DESC, id DESC LIMIT ` + scanArg + ` + 1) j
+		) s WHERE (hit AND n <= ` + scanArg + `) OR n >= ` + scanArg + `
+		ORDER BY created_at DESC, id DESC LIMIT ` + q.arg(f.Limit+2)
+	rows, err := s.pool.Query(ctx, sql, q.args...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("store: list jobs: %w", err)
+	}
+	read, err := pgx.CollectRows(rows, scanJobRead)
+	if err != nil {
+		return nil, nil, fmt.Errorf("store: list jobs: %w", err)
+	}
+	var jobs []Job
+	var last *Job // the row n = scan, if read
+	more := false // a row lies beyond the bound
+	for i := range read {
+		r := &read[i]
+		if r.hit && r.n <= int64(scan) {
+			jobs = append(jobs, r.Job)
+		}
+		if r.n == int64(scan) {
+			last = &r.Job
+		}
+		more = more || r.n > int64(scan)
+	}
+	switch {
+	case len(jobs) > f.Limit:
+		jobs = jobs[:f.Limit]
+		return jobs, cursorOf(&jobs[f.Limit-1]), nil
+	case more && last != nil:
+		return jobs, cursorOf(last), nil
+	}
+	return jobs, nil, nil
+}
+
+// readJob is a row a bounded scan read: whether it matches the status
+// filter, and its number in the scan.
+type readJob struct {
+	Job
+	hit bool
+	n   int64
+}
+
+func scanJobRead(row pgx.CollectableRow) (readJob, error) {
+	var r readJob
+	j, err := scanJobWith(row, &r.hit, &r.n)
+	r.Job = j
+	return r, err
+}
+
+func cursorOf(j *Job) *Cursor { return &Cursor{CreatedAt: j.CreatedAt, ID: j.ID} }
+
+// listQuery builds a list statement: its WHERE conditions and arguments.
+type listQuery struct {
+	where []string
+	args  []any
+}
+
+// arg adds v as the next parameter and returns its placeholder.
+func (q *listQuery) arg(v any) string {
+	q.args = append(q.args, v)
+	return "$" + strconv.Itoa(len(q.args))
+}
+
+func (q *listQuery) whereSQL() string { return strings.Join(q.where, " AND ") }
+
+// statusCond is the condition of f.Status ("" for none); a scheduled job
+// whose time has come reads as queued.
+func (q *listQuery) statusCond(f Filter) string {
+	enqueued := strconv.Itoa(int(schema.PhaseEnqueued))
 	switch f.Status {
 	case "":
+		return ""
 	case schema.StatusQueued:
-		where = append(where, "(status = 'queued' OR (status = 'scheduled' AND pos_phase = "+strconv.Itoa(int(schema.PhaseEnqueued))+" AND scheduled_for <= "+arg(f.Now)+"))")
+		return "(status = 'queued' OR (status = 'scheduled' AND pos_phase = " + enqueued + " AND scheduled_for <= " + q.arg(f.Now) + "))"
 	case schema.StatusScheduled:
-		where = append(where, "status = 'scheduled' AND NOT (pos_phase = "+strconv.Itoa(int(schema.PhaseEnqueued))+" AND scheduled_for IS NOT NULL AND scheduled_for <= "+arg(f.Now)+")")
+		return "(status = 'scheduled' AND NOT (pos_phase = " + enqueued + " AND scheduled_for IS NOT NULL AND scheduled_for <= " + q.arg(f.Now) + "))"
 	default:
-		where = append(where, "status = "+arg(string(f.Status)))
+		return "(status = " + q.arg(string(f.Status)) + ")"
 	}
+}
+
+// filters adds the conditions an index serves: type, queue, tags, the
+// creation range and the cursor.
+func (q *listQuery) filters(f Filter) {
 	if f.Type != "" {
-		where = append(where, "type = "+arg(f.Type))
+		q.where = append(q.where, "type = "+q.arg(f.Type))
 	}
 	if f.Queue != "" {
-		where = append(where, "queue = "+arg(f.Queue))
+		q.where = append(q.where, "queue = "+q.arg(f.Queue))
 	}
 	if len(f.Tags) > 0 {
-		where = append(where, "tags @> "+arg(f.Tags)+"::text[]")
+		q.where = append(q.where, "tags @> "+q.arg(f.Tags)+"::text[]")
 	}
 	if f.CreatedFrom != nil {
-		where = append(where, "created_at >= "+arg(*f.CreatedFrom))
+		q.where = append(q.where, "created_at >= "+q.arg(*f.CreatedFrom))
 	}
 	if f.CreatedTo != nil {
-		where = append(where, "created_at < "+arg(*f.CreatedTo))
+		q.where = append(q.where, "created_at < "+q.arg(*f.CreatedTo))
 	}
 	if f.After != nil {
-		where = append(where, "(created_at, id) < ("+arg(f.After.CreatedAt)+"::timestamptz, "+arg(f.After.ID)+"::text)")
+		q.where = append(q.where, "(created_at, id) < ("+q.arg(f.After.CreatedAt)+"::timestamptz, "+q.arg(f.After.ID)+"::text)")
 	}
-	q := `SELECT ` + selectColumns + ` FROM jobs WHERE ` + strings.Join(where, " AND ") +
-		` ORDER BY created_at DESC, id DESC LIMIT ` + arg(f.Limit)
-	return s.query(ctx, "list jobs", q, args...)
 }
 
 // GetMany returns the jobs of tenant among ids, by id.

@@ -108,7 +108,7 @@ func TestShuffledBatches(t *testing.T) {
 		}
 	}
 	// Filters and the list order work on projected rows.
-	jobs, err := s.List(ctx, "acme", Filter{Status: schema.StatusSucceeded, Tags: []string{"t2"}, Limit: 100, Now: time.Now()})
+	jobs, _, err := s.List(ctx, "acme", Filter{Status: schema.StatusSucceeded, Tags: []string{"t2"}, Limit: 100, Now: time.Now()})
 	if err != nil || len(jobs) != 40 {
 		t.Fatalf("%d %v", len(jobs), err)
 	}
