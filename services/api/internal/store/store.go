@@ -521,12 +521,12 @@ const StatusScanRows = 2000
 // List returns up to f.Limit jobs of tenant, newest first, and the cursor
 // of the next page (nil on the last one).
 func (s *Store) List(ctx context.Context, tenant string, f Filter) ([]Job, *Cursor, error) {
-	q := listQuery{args: []any{tenant}, where: []string{"tenant_id = $1"}}
+	q := listQuery{pgstore.Where{Conds: []string{"tenant_id = $1"}, Args: []any{tenant}}}
 	statusCond := q.statusCond(f)
 	q.filters(f)
 	if statusCond == "" {
-		jobs, err := s.query(ctx, "list jobs", `SELECT `+selectColumns+` FROM jobs WHERE `+q.whereSQL()+
-			` ORDER BY created_at DESC, id DESC LIMIT `+q.arg(f.Limit+1), q.args...)
+		jobs, err := s.query(ctx, "list jobs", `SELECT `+selectColumns+` FROM jobs WHERE `+q.SQL()+
+			` ORDER BY created_at DESC, id DESC LIMIT `+q.Arg(f.Limit+1), q.Args...)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -549,13 +549,13 @@ func (s *Store) listScanBounded(ctx context.Context, q listQuery, statusCond str
 	if scan <= 0 {
 		scan = StatusScanRows
 	}
-	scanArg := q.arg(scan)
+	scanArg := q.Arg(scan)
 	sql := `SELECT ` + selectColumns + `, hit, n FROM (
 		SELECT *, ` + statusCond + ` AS hit, row_number() OVER (ORDER BY created_at DESC, id DESC) AS n FROM (
-			SELECT * FROM jobs WHERE ` + q.whereSQL() + ` ORDER BY created_at DESC, id DESC LIMIT ` + scanArg + ` + 1) j
+			SELECT * FROM jobs WHERE ` + q.SQL() + ` ORDER BY created_at DESC, id DESC LIMIT ` + scanArg + ` + 1) j
 		) s WHERE (hit AND n <= ` + scanArg + `) OR n >= ` + scanArg + `
-		ORDER BY created_at DESC, id DESC LIMIT ` + q.arg(f.Limit+2)
-	rows, err := s.pool.Query(ctx, sql, q.args...)
+		ORDER BY created_at DESC, id DESC LIMIT ` + q.Arg(f.Limit+2)
+	rows, err := s.pool.Query(ctx, sql, q.Args...)
 	if err != nil {
 		return nil, nil, fmt.Errorf("store: list jobs: %w", err)
 	}
@@ -603,19 +603,8 @@ func scanJobRead(row pgx.CollectableRow) (readJob, error) {
 
 func cursorOf(j *Job) *Cursor { return &Cursor{CreatedAt: j.CreatedAt, ID: j.ID} }
 
-// listQuery builds a list statement: its WHERE conditions and arguments.
-type listQuery struct {
-	where []string
-	args  []any
-}
-
-// arg adds v as the next parameter and returns its placeholder.
-func (q *listQuery) arg(v any) string {
-	q.args = append(q.args, v)
-	return "$" + strconv.Itoa(len(q.args))
-}
-
-func (q *listQuery) whereSQL() string { return strings.Join(q.where, " AND ") }
+// listQuery is a job listing's conditions and parameters.
+type listQuery struct{ pgstore.Where }
 
 // statusCond is the condition of f.Status ("" for none); a scheduled job
 // whose time has come reads as queued.
@@ -625,11 +614,11 @@ func (q *listQuery) statusCond(f Filter) string {
 	case "":
 		return ""
 	case schema.StatusQueued:
-		return "(status = 'queued' OR (status = 'scheduled' AND pos_phase = " + enqueued + " AND scheduled_for <= " + q.arg(f.Now) + "))"
+		return "(status = 'queued' OR (status = 'scheduled' AND pos_phase = " + enqueued + " AND scheduled_for <= " + q.Arg(f.Now) + "))"
 	case schema.StatusScheduled:
-		return "(status = 'scheduled' AND NOT (pos_phase = " + enqueued + " AND scheduled_for IS NOT NULL AND scheduled_for <= " + q.arg(f.Now) + "))"
+		return "(status = 'scheduled' AND NOT (pos_phase = " + enqueued + " AND scheduled_for IS NOT NULL AND scheduled_for <= " + q.Arg(f.Now) + "))"
 	default:
-		return "(status = " + q.arg(string(f.Status)) + ")"
+		return "(status = " + q.Arg(string(f.Status)) + ")"
 	}
 }
 
@@ -637,22 +626,22 @@ func (q *listQuery) statusCond(f Filter) string {
 // creation range and the cursor.
 func (q *listQuery) filters(f Filter) {
 	if f.Type != "" {
-		q.where = append(q.where, "type = "+q.arg(f.Type))
+		q.Conds = append(q.Conds, "type = "+q.Arg(f.Type))
 	}
 	if f.Queue != "" {
-		q.where = append(q.where, "queue = "+q.arg(f.Queue))
+		q.Conds = append(q.Conds, "queue = "+q.Arg(f.Queue))
 	}
 	if len(f.Tags) > 0 {
-		q.where = append(q.where, "tags @> "+q.arg(f.Tags)+"::text[]")
+		q.Conds = append(q.Conds, "tags @> "+q.Arg(f.Tags)+"::text[]")
 	}
 	if f.CreatedFrom != nil {
-		q.where = append(q.where, "created_at >= "+q.arg(*f.CreatedFrom))
+		q.Conds = append(q.Conds, "created_at >= "+q.Arg(*f.CreatedFrom))
 	}
 	if f.CreatedTo != nil {
-		q.where = append(q.where, "created_at < "+q.arg(*f.CreatedTo))
+		q.Conds = append(q.Conds, "created_at < "+q.Arg(*f.CreatedTo))
 	}
 	if f.After != nil {
-		q.where = append(q.where, "(created_at, id) < ("+q.arg(f.After.CreatedAt)+"::timestamptz, "+q.arg(f.After.ID)+"::text)")
+		q.Conds = append(q.Conds, "(created_at, id) < ("+q.Arg(f.After.CreatedAt)+"::timestamptz, "+q.Arg(f.After.ID)+"::text)")
 	}
 }
 
