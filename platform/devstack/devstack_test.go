@@ -113,12 +113,15 @@ func TestPostgresInitRestartAndStop(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var listen, fsync string
-	if err := conn.QueryRow(ctx, "SELECT current_setting('listen_addresses'), current_setting('fsync')").Scan(&listen, &fsync); err != nil {
+	var listen, fsync, syncCommit, fullPages, buffers string
+	if err := conn.QueryRow(ctx, `SELECT current_setting('listen_addresses'), current_setting('fsync'),
+		current_setting('synchronous_commit'), current_setting('full_page_writes'), current_setting('shared_buffers')`).
+		Scan(&listen, &fsync, &syncCommit, &fullPages, &buffers); err != nil {
 		t.Fatal(err)
 	}
-	if listen != "127.0.0.1" || fsync != "on" {
-		t.Fatalf("listen_addresses=%q fsync=%q", listen, fsync)
+	if listen != "127.0.0.1" || fsync != "on" || syncCommit != "on" || fullPages != "on" || buffers != "256MB" {
+		t.Fatalf("listen_addresses=%q fsync=%q synchronous_commit=%q full_page_writes=%q shared_buffers=%q",
+			listen, fsync, syncCommit, fullPages, buffers)
 	}
 	if _, err := conn.Exec(ctx, "CREATE TABLE kept (v text); INSERT INTO kept VALUES ('across restarts')"); err != nil {
 		t.Fatal(err)

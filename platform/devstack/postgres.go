@@ -132,14 +132,49 @@ func StartPostgres(ctx context.Context, cfg PostgresConfig) (*Process, string, e
 	}
 }
 
+// postgresDefaults are the server settings of every devstack Postgres
+// (cfg.Settings override them). Durability stays at Postgres' own
+// defaults, stated here so no one turns them off by accident: fsync,
+// synchronous_commit and full_page_writes are on, so a committed
+// transaction survives a crash of the process or the machine.
+//
+// The rest trims the CPU a write-heavy run (every job's rows and audit
+// events) spends beside the statements themselves:
+//   - shared_buffers 256MB (default 128MB): the jobs table (fillfactor 40)
+//     and the audit partition of a 100k-job run outgrow 128MB, and every
+//     page read back from the kernel's cache is a system call and a copy;
+//   - max_wal_size 4GB and checkpoint_timeout 15min (defaults 1GB, 5min):
+//     the first change of a page after a checkpoint writes the whole 8kB
+//     page to the WAL (a full-page image, CRC'd and copied), so fewer
+//     checkpoints mean far fewer such images; crash recovery replays at
+//     most 4GB of WAL;
+//   - wal_buffers 16MB: a batch's WAL fits without a write per block;
+//   - jit off: compiling a plan costs milliseconds of CPU, more than the
+//     short statements of a job pipeline ever win back.
+//
+// wal_compression stays off: it compresses the full-page images, which
+// the settings above make rare, at a CPU price on every one.
+var postgresDefaults = map[string]string{
+	"fsync":              "on",
+	"synchronous_commit": "on",
+	"full_page_writes":   "on",
+	"shared_buffers":     "256MB",
+	"wal_buffers":        "16MB",
+	"max_wal_size":       "4GB",
+	"checkpoint_timeout": "15min",
+	"jit":                "off",
+}
+
 // runPostgres starts the server on port and waits until it is usable.
 func runPostgres(ctx context.Context, cfg PostgresConfig, bin, dataDir string, port int, runAs *osUser) (*Process, string, error) {
 	settings := map[string]string{
 		"listen_addresses":        "127.0.0.1",
 		"port":                    strconv.Itoa(port),
 		"unix_socket_directories": dataDir,
-		"fsync":                   "on",
 		"logging_collector":       "off",
+	}
+	for k, v := range postgresDefaults {
+		settings[k] = v
 	}
 	// A unix socket path is limited to 107 bytes; below a deep directory
 	// the server would refuse to start, so it then listens on TCP only.

@@ -396,13 +396,16 @@ func (s *Service) handleList(w http.ResponseWriter, r *http.Request) {
 		}
 		f.After = &store.Cursor{CreatedAt: after.T, ID: after.ID}
 	}
-	f.Limit = limit + 1
-	rows, err := s.store.List(r.Context(), p.TenantID, f)
+	f.Limit = limit
+	rows, nextAt, err := s.store.List(r.Context(), p.TenantID, f)
 	if err != nil {
 		httpx.WriteError(w, r, err)
 		return
 	}
-	rows, next := httpx.TrimPage(rows, limit, func(j store.Job) string { return httpx.Keyset{T: j.CreatedAt, ID: j.ID}.String() })
+	next := ""
+	if nextAt != nil {
+		next = httpx.Keyset{T: nextAt.CreatedAt, ID: nextAt.ID}.String()
+	}
 	page := make([]Job, 0, len(rows))
 	for _, row := range rows {
 		page = append(page, s.withWaiting(jobFromRow(row.Row, f.Now)))

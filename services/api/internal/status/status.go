@@ -16,8 +16,9 @@
 package status
 
 import (
+	"bytes"
 	"encoding/json"
-	"reflect"
+	"slices"
 	"strings"
 	"time"
 
@@ -114,7 +115,9 @@ func Apply(r *Row, ev schema.Event) bool {
 	if !ok {
 		return false
 	}
-	before := r.clone()
+	// A shallow copy is a true snapshot: Apply replaces the slices and
+	// pointers of r, it never writes through them.
+	before := *r
 	ref := lc.Ref()
 	if r.ID == "" {
 		r.ID, r.TenantID = ref.JobID, ref.TenantID
@@ -300,14 +303,35 @@ func timeEq(a, b *time.Time) bool {
 	return a.Equal(*b)
 }
 
-func (r *Row) clone() Row {
-	c := *r
-	c.Payload, c.Result = cloneRaw(r.Payload), cloneRaw(r.Result)
-	c.Tags = append([]string(nil), r.Tags...)
-	return c
+// equal reports whether r and o hold the same values, field by field
+// (an empty slice equals nil, pointers compare what they point to).
+// TestEqualSeesEveryField fails when a field of Row is missing here.
+func (r *Row) equal(o *Row) bool {
+	return r.TenantID == o.TenantID && r.ID == o.ID && r.SameSpec(o) &&
+		r.CreatedAt.Equal(o.CreatedAt) && r.EnqAttempt == o.EnqAttempt && timeEq(r.ScheduledFor, o.ScheduledFor) &&
+		r.Delayed == o.Delayed && r.Pos == o.Pos &&
+		r.RunAttempt == o.RunAttempt && timeEq(r.StartedAt, o.StartedAt) && r.WorkerID == o.WorkerID &&
+		timeEq(r.FinishedAt, o.FinishedAt) && bytes.Equal(r.Result, o.Result) &&
+		r.ProgressAttempt == o.ProgressAttempt && timeEq(r.ProgressAt, o.ProgressAt) &&
+		floatEq(r.ProgressPercent, o.ProgressPercent) && r.ProgressMessage == o.ProgressMessage &&
+		r.ErrorRank == o.ErrorRank && r.LastErrorClass == o.LastErrorClass && r.LastErrorMessage == o.LastErrorMessage
 }
 
-func (r *Row) equal(o *Row) bool {
-	a, b := r.clone(), o.clone()
-	return reflect.DeepEqual(a, b)
+// SameSpec reports whether r and o hold the same specification: the
+// fields taken from the enqueued event of SpecAttempt (CreatedAt aside,
+// which moves before that event is seen).
+func (r *Row) SameSpec(o *Row) bool {
+	return r.SpecAttempt == o.SpecAttempt && r.Type == o.Type && r.Queue == o.Queue &&
+		r.Priority == o.Priority && r.MaxAttempts == o.MaxAttempts && bytes.Equal(r.Payload, o.Payload) &&
+		slices.Equal(r.Tags, o.Tags) && r.Pool == o.Pool && r.TraceID == o.TraceID &&
+		r.RedrivenFrom == o.RedrivenFrom && r.IdempotencyKey == o.IdempotencyKey && r.RequestHash == o.RequestHash &&
+		r.UniqueKey == o.UniqueKey && r.UniqueWhile == o.UniqueWhile && timeEq(r.UniqueUntil, o.UniqueUntil) &&
+		r.ScheduleID == o.ScheduleID && r.ConcurrencyKey == o.ConcurrencyKey && r.ConcurrencyLimit == o.ConcurrencyLimit
+}
+
+func floatEq(a, b *float64) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return *a == *b
 }

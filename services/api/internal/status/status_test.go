@@ -248,3 +248,56 @@ func TestHoldsUnique(t *testing.T) {
 		t.Error("a job without a unique key holds one")
 	}
 }
+
+// TestEqualSeesEveryField changes one field of a row at a time and expects
+// equal to tell the rows apart, so a field added to Row without a line in
+// equal fails here instead of a change going unwritten.
+func TestEqualSeesEveryField(t *testing.T) {
+	rt := reflect.TypeOf(Row{})
+	for i := 0; i < rt.NumField(); i++ {
+		var a, b Row
+		reflect.ValueOf(&b).Elem().Field(i).Set(nonZero(t, rt.Field(i).Type))
+		if a.equal(&b) || b.equal(&a) {
+			t.Errorf("equal misses field %s", rt.Field(i).Name)
+		}
+		c := b
+		if !b.equal(&c) {
+			t.Errorf("a row with %s set is not equal to its copy", rt.Field(i).Name)
+		}
+	}
+	empty := Row{Tags: []string{}, Payload: json.RawMessage{}, Result: json.RawMessage{}}
+	if !empty.equal(&Row{}) {
+		t.Error("empty slices and nil differ")
+	}
+}
+
+// nonZero returns a value of type typ other than its zero value.
+func nonZero(t *testing.T, typ reflect.Type) reflect.Value {
+	if typ == reflect.TypeOf(time.Time{}) {
+		return reflect.ValueOf(time.Unix(1, 0).UTC())
+	}
+	v := reflect.New(typ).Elem()
+	switch typ.Kind() {
+	case reflect.String:
+		v.SetString("x")
+	case reflect.Int, reflect.Int64:
+		v.SetInt(1)
+	case reflect.Uint8:
+		v.SetUint(1)
+	case reflect.Bool:
+		v.SetBool(true)
+	case reflect.Float64:
+		v.SetFloat(1)
+	case reflect.Slice:
+		v = reflect.Append(v, nonZero(t, typ.Elem()))
+	case reflect.Pointer:
+		v = reflect.New(typ.Elem())
+	case reflect.Struct:
+		for i := 0; i < typ.NumField(); i++ {
+			v.Field(i).Set(nonZero(t, typ.Field(i).Type))
+		}
+	default:
+		t.Fatalf("nonZero: no value for %s", typ)
+	}
+	return v
+}

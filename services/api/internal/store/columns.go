@@ -2,13 +2,13 @@ package store
 
 import (
 	"encoding/json"
-	"reflect"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/ferryhq/ferry/events/schema"
 )
@@ -55,8 +55,6 @@ type column struct {
 	expr string
 	// values collects the column's value of each job written.
 	values func(n int) columnValues
-	// same reports whether two rows hold the same value in the column.
-	same func(a, b *Job) bool
 	// dest is where a read row's value is scanned.
 	dest func(r *scannedRow) any
 }
@@ -80,15 +78,13 @@ func col[T any](name string, g columnGroup, param string, get func(*Job) T, dest
 	return column{
 		name: name, group: g, param: param, dest: dest,
 		values: func(n int) columnValues { return &typedValues[T]{get: get, vals: make([]T, 0, n)} },
-		same:   func(a, b *Job) bool { return reflect.DeepEqual(get(a), get(b)) },
 	}
 }
 
-// jsonbCol is a jsonb column, written from its text.
+// jsonbCol is a jsonb column, sent in jsonb's binary format (the JSON
+// text as it is, no copy into a Go string); an empty value is NULL.
 func jsonbCol(name string, g columnGroup, get func(*Job) json.RawMessage, dest func(*scannedRow) any) column {
-	c := col(name, g, "text", func(j *Job) *string { return rawArg(get(j)) }, dest)
-	c.expr = "x." + name + "::jsonb"
-	return c
+	return col(name, g, "jsonb", func(j *Job) json.RawMessage { return nullJSON(get(j)) }, dest)
 }
 
 // scannedRow is a read row before it becomes a Job: the columns that are
@@ -129,7 +125,7 @@ var jobColumns = []column{
 	col("last_error_message", stateColumn, "text", func(j *Job) string { return j.LastErrorMessage }, func(r *scannedRow) any { return &r.LastErrorMessage }),
 	col("trace_id", specColumn, "text", func(j *Job) string { return j.TraceID }, func(r *scannedRow) any { return &r.TraceID }),
 	col("redriven_from", specColumn, "text", func(j *Job) string { return j.RedrivenFrom }, func(r *scannedRow) any { return &r.RedrivenFrom }),
-	col("idempotency_key", specColumn, "text", func(j *Job) *string { return nonEmpty(j.IdempotencyKey) }, func(r *scannedRow) any { return &r.idemKey }),
+	col("idempotency_key", specColumn, "text", func(j *Job) pgtype.Text { return nonEmpty(j.IdempotencyKey) }, func(r *scannedRow) any { return &r.idemKey }),
 	col("request_hash", specColumn, "text", func(j *Job) string { return j.RequestHash }, func(r *scannedRow) any { return &r.RequestHash }),
 	col("schedule_id", specColumn, "text", func(j *Job) string { return j.ScheduleID }, func(r *scannedRow) any { return &r.ScheduleID }),
 	col("pos_attempt", stateColumn, "int", func(j *Job) int { return j.Pos.Attempt }, func(r *scannedRow) any { return &r.Pos.Attempt }),
@@ -142,7 +138,7 @@ var jobColumns = []column{
 	col("error_rank", stateColumn, "int", func(j *Job) int { return j.ErrorRank }, func(r *scannedRow) any { return &r.ErrorRank }),
 	// A write stores the row's next version; a read returns the stored one.
 	col("version", stateColumn, "bigint", func(j *Job) int64 { return j.Version + 1 }, func(r *scannedRow) any { return &r.Version }),
-	col("unique_key", specColumn, "text", func(j *Job) *string { return nonEmpty(j.UniqueKey) }, func(r *scannedRow) any { return &r.uniqKey }),
+	col("unique_key", specColumn, "text", func(j *Job) pgtype.Text { return nonEmpty(j.UniqueKey) }, func(r *scannedRow) any { return &r.uniqKey }),
 	col("unique_while", specColumn, "text", func(j *Job) string { return j.UniqueWhile }, func(r *scannedRow) any { return &r.UniqueWhile }),
 	col("unique_until", specColumn, "timestamptz", func(j *Job) *time.Time { return j.UniqueUntil }, func(r *scannedRow) any { return &r.UniqueUntil }),
 	col("concurrency_key", specColumn, "text", func(j *Job) string { return j.ConcurrencyKey }, func(r *scannedRow) any { return &r.ConcurrencyKey }),
@@ -175,19 +171,15 @@ func createdAt(j *Job) time.Time {
 	return j.CreatedAt
 }
 
-func nonEmpty(s string) *string {
-	if s == "" {
-		return nil
-	}
-	return &s
-}
+// nonEmpty is s, or NULL when s is empty.
+func nonEmpty(s string) pgtype.Text { return pgtype.Text{String: s, Valid: s != ""} }
 
-func rawArg(b []byte) *string {
+// nullJSON is b, or nil (NULL) when b is empty.
+func nullJSON(b json.RawMessage) json.RawMessage {
 	if len(b) == 0 {
 		return nil
 	}
-	s := string(b)
-	return &s
+	return b
 }
 
 // job turns a scanned row into a Job: the stored shapes become
@@ -222,13 +214,16 @@ func (r *scannedRow) job() Job {
 func utc(t *time.Time) { *t = t.UTC() }
 
 // scanJob scans a row of selectColumns.
-func scanJob(row pgx.CollectableRow) (Job, error) {
+func scanJob(row pgx.CollectableRow) (Job, error) { return scanJobWith(row) }
+
+// scanJobWith scans a row of selectColumns followed by the columns of extra.
+func scanJobWith(row pgx.CollectableRow, extra ...any) (Job, error) {
 	var r scannedRow
-	dests := make([]any, len(jobColumns))
+	dests := make([]any, len(jobColumns), len(jobColumns)+len(extra))
 	for i, c := range jobColumns {
 		dests[i] = c.dest(&r)
 	}
-	if err := row.Scan(dests...); err != nil {
+	if err := row.Scan(append(dests, extra...)...); err != nil {
 		return Job{}, err
 	}
 	return r.job(), nil
@@ -252,12 +247,12 @@ type batchWrite struct {
 }
 
 // args returns the statement's parameters for jobs.
-func (w batchWrite) args(jobs []Job) []any {
+func (w batchWrite) args(jobs []*Job) []any {
 	args := make([]any, len(w.cols))
 	for i, c := range w.cols {
 		v := c.values(len(jobs))
-		for k := range jobs {
-			v.add(&jobs[k])
+		for _, j := range jobs {
+			v.add(j)
 		}
 		args[i] = v.array()
 	}
@@ -321,12 +316,8 @@ var (
 	writeState = upsertJobs(stateColumn)
 )
 
-// sameSpec reports whether a and b hold the same specification columns.
+// sameSpec reports whether a and b hold the same specification columns:
+// status.Row's specification and the creation time.
 func sameSpec(a, b *Job) bool {
-	for _, c := range jobColumns {
-		if c.group == specColumn && !c.same(a, b) {
-			return false
-		}
-	}
-	return true
+	return a.SameSpec(&b.Row) && a.CreatedAt.Equal(b.CreatedAt)
 }

@@ -172,14 +172,9 @@ func (s *Store) groupByJob(recs []*kgo.Record) batchEvents {
 // into a scan of the table, as it would a join with the key arrays while
 // the table is small enough), in key order so two projection transactions
 // never deadlock.
-func loadForUpdate(ctx context.Context, tx pgx.Tx, keys []jobKey) (map[jobKey]Job, error) {
+func loadForUpdate(ctx context.Context, tx pgx.Tx, keys []jobKey) (map[jobKey]*Job, error) {
 	sorted := slices.Clone(keys)
-	sort.Slice(sorted, func(a, b int) bool {
-		if sorted[a].tenant != sorted[b].tenant {
-			return sorted[a].tenant < sorted[b].tenant
-		}
-		return sorted[a].id < sorted[b].id
-	})
+	slices.SortFunc(sorted, compareKeys)
 	tenants, ids := make([]string, len(sorted)), make([]string, len(sorted))
 	for i, k := range sorted {
 		tenants[i], ids[i] = k.tenant, k.id
@@ -194,21 +189,34 @@ func loadForUpdate(ctx context.Context, tx pgx.Tx, keys []jobKey) (map[jobKey]Jo
 	if err != nil {
 		return nil, fmt.Errorf("store: load jobs: %w", err)
 	}
-	out := make(map[jobKey]Job, len(jobs))
-	for _, j := range jobs {
-		out[jobKey{j.TenantID, j.ID}] = j
+	out := make(map[jobKey]*Job, len(jobs))
+	for i := range jobs {
+		out[jobKey{jobs[i].TenantID, jobs[i].ID}] = &jobs[i]
 	}
 	return out, nil
+}
+
+// compareKeys orders jobs by tenant, then id: the order every statement
+// of the projection takes its row locks in.
+func compareKeys(a, b jobKey) int {
+	if c := strings.Compare(a.tenant, b.tenant); c != 0 {
+		return c
+	}
+	return strings.Compare(a.id, b.id)
 }
 
 // fold applies each job's events to its loaded row (or a new one) with the
 // merge rules of internal/status and returns the rows that changed, with
 // the counter changes they make.
-func fold(batch batchEvents, loaded map[jobKey]Job, now time.Time) ([]Job, *countChanges) {
-	var writes []Job
+func fold(batch batchEvents, loaded map[jobKey]*Job, now time.Time) ([]*Job, *countChanges) {
+	writes := make([]*Job, 0, len(batch.order))
 	counts := newCountChanges()
 	for _, k := range batch.order {
-		j, found := loaded[k]
+		before := loaded[k]
+		j := new(Job)
+		if before != nil {
+			*j = *before
+		}
 		changed := false
 		for _, ev := range batch.byJob[k] {
 			if status.Apply(&j.Row, ev) {
@@ -218,15 +226,8 @@ func fold(batch batchEvents, loaded map[jobKey]Job, now time.Time) ([]Job, *coun
 		if !changed {
 			continue
 		}
-		var before *Job
-		if found {
-			b := loaded[k]
-			before = &b
-		} else {
-			j.Version = 0
-		}
 		writes = append(writes, j)
-		counts.move(before, &j, now)
+		counts.move(before, j, now)
 	}
 	return writes, counts
 }
@@ -237,17 +238,12 @@ func fold(batch batchEvents, loaded map[jobKey]Job, now time.Time) ([]Job, *coun
 // enqueued event after the row was created from a later one), are written
 // whole. A row another transaction wrote meanwhile fails the batch with
 // ErrConcurrentWrite; the retry merges into it.
-func writeJobs(ctx context.Context, tx pgx.Tx, writes []Job, loaded map[jobKey]Job) error {
-	sort.Slice(writes, func(a, b int) bool {
-		if writes[a].TenantID != writes[b].TenantID {
-			return writes[a].TenantID < writes[b].TenantID
-		}
-		return writes[a].ID < writes[b].ID
-	})
-	var whole, state []Job
+func writeJobs(ctx context.Context, tx pgx.Tx, writes []*Job, loaded map[jobKey]*Job) error {
+	slices.SortFunc(writes, func(a, b *Job) int { return compareKeys(jobKey{a.TenantID, a.ID}, jobKey{b.TenantID, b.ID}) })
+	var whole, state []*Job
 	for _, j := range writes {
-		before, found := loaded[jobKey{j.TenantID, j.ID}]
-		if found && sameSpec(&before, &j) {
+		before := loaded[jobKey{j.TenantID, j.ID}]
+		if before != nil && sameSpec(before, j) {
 			state = append(state, j)
 		} else {
 			whole = append(whole, j)
@@ -255,7 +251,7 @@ func writeJobs(ctx context.Context, tx pgx.Tx, writes []Job, loaded map[jobKey]J
 	}
 	for _, w := range []struct {
 		stmt batchWrite
-		jobs []Job
+		jobs []*Job
 	}{{writeWhole, whole}, {writeState, state}} {
 		if len(w.jobs) == 0 {
 			continue
@@ -379,7 +375,7 @@ func (s *Store) TenantCounts(ctx context.Context, tenant string) (Counts, error)
 // possible only if Redis lost the key while the first was in flight), so the
 // unique index never stops the projection. The job that holds the key keeps
 // it; within the batch the smallest id wins.
-func (s *Store) resolveIdempotencyConflicts(ctx context.Context, tx pgx.Tx, writes []Job) error {
+func (s *Store) resolveIdempotencyConflicts(ctx context.Context, tx pgx.Tx, writes []*Job) error {
 	var tenants, keys []string
 	for _, j := range writes {
 		if j.IdempotencyKey != "" {
@@ -406,13 +402,9 @@ func (s *Store) resolveIdempotencyConflicts(ctx context.Context, tx pgx.Tx, writ
 	if err := rows.Err(); err != nil {
 		return err
 	}
-	idx := make([]int, 0, len(writes))
-	for i := range writes {
-		idx = append(idx, i)
-	}
-	sort.Slice(idx, func(a, b int) bool { return writes[idx[a]].ID < writes[idx[b]].ID })
-	for _, i := range idx {
-		j := &writes[i]
+	byID := slices.Clone(writes)
+	slices.SortFunc(byID, func(a, b *Job) int { return strings.Compare(a.ID, b.ID) })
+	for _, j := range byID {
 		if j.IdempotencyKey == "" {
 			continue
 		}
@@ -508,46 +500,149 @@ type Filter struct {
 	CreatedFrom, CreatedTo *time.Time
 	// After lists jobs older than the cursor.
 	After *Cursor
+	// Limit is the page size.
 	Limit int
+	// ScanRows bounds the rows a status-filtered page reads; 0 means
+	// StatusScanRows.
+	ScanRows int
 	// Now decides when a scheduled job reads as queued.
 	Now time.Time
 }
 
-// List returns up to f.Limit jobs of tenant, newest first.
-func (s *Store) List(ctx context.Context, tenant string, f Filter) ([]Job, error) {
-	where := []string{"tenant_id = $1"}
-	args := []any{tenant}
-	arg := func(v any) string { args = append(args, v); return "$" + strconv.Itoa(len(args)) }
+// StatusScanRows is how many rows a status-filtered page reads at most.
+// No index covers status (status updates stay HOT), so such a page walks
+// the tenant's jobs newest first, through the index of the other filters,
+// and keeps the matching ones; a rare status in a large tenant would
+// otherwise read every row of the tenant for one page. When the bound is
+// reached first, the page ends early, possibly empty, with the cursor of
+// the last row read, and the next page carries on from there.
+const StatusScanRows = 2000
+
+// List returns up to f.Limit jobs of tenant, newest first, and the cursor
+// of the next page (nil on the last one).
+func (s *Store) List(ctx context.Context, tenant string, f Filter) ([]Job, *Cursor, error) {
+	q := listQuery{pgstore.Where{Conds: []string{"tenant_id = $1"}, Args: []any{tenant}}}
+	statusCond := q.statusCond(f)
+	q.filters(f)
+	if statusCond == "" {
+		jobs, err := s.query(ctx, "list jobs", `SELECT `+selectColumns+` FROM jobs WHERE `+q.SQL()+
+			` ORDER BY created_at DESC, id DESC LIMIT `+q.Arg(f.Limit+1), q.Args...)
+		if err != nil {
+			return nil, nil, err
+		}
+		if len(jobs) > f.Limit {
+			jobs = jobs[:f.Limit]
+			return jobs, cursorOf(&jobs[f.Limit-1]), nil
+		}
+		return jobs, nil, nil
+	}
+	return s.listScanBounded(ctx, q, statusCond, f)
+}
+
+// listScanBounded lists a status-filtered page reading at most
+// f.ScanRows rows (StatusScanRows) of those the other filters select,
+// newest first, numbered n. It returns the rows of the status among them
+// and, when the bound stops the page, the cursor of the last row read
+// (n = bound); one row more is read only to tell whether any is left.
+func (s *Store) listScanBounded(ctx context.Context, q listQuery, statusCond string, f Filter) ([]Job, *Cursor, error) {
+	scan := f.ScanRows
+	if scan <= 0 {
+		scan = StatusScanRows
+	}
+	scanArg := q.Arg(scan)
+	sql := `SELECT ` + selectColumns + `, hit, n FROM (
+		SELECT *, ` + statusCond + ` AS hit, row_number() OVER (ORDER BY created_at DESC, id DESC) AS n FROM (
+			SELECT * FROM jobs WHERE ` + q.SQL() + ` ORDER BY created_at DESC, id DESC LIMIT ` + scanArg + ` + 1) j
+		) s WHERE (hit AND n <= ` + scanArg + `) OR n >= ` + scanArg + `
+		ORDER BY created_at DESC, id DESC LIMIT ` + q.Arg(f.Limit+2)
+	rows, err := s.pool.Query(ctx, sql, q.Args...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("store: list jobs: %w", err)
+	}
+	read, err := pgx.CollectRows(rows, scanJobRead)
+	if err != nil {
+		return nil, nil, fmt.Errorf("store: list jobs: %w", err)
+	}
+	var jobs []Job
+	var last *Job // the row n = scan, if read
+	more := false // a row lies beyond the bound
+	for i := range read {
+		r := &read[i]
+		if r.hit && r.n <= int64(scan) {
+			jobs = append(jobs, r.Job)
+		}
+		if r.n == int64(scan) {
+			last = &r.Job
+		}
+		more = more || r.n > int64(scan)
+	}
+	switch {
+	case len(jobs) > f.Limit:
+		jobs = jobs[:f.Limit]
+		return jobs, cursorOf(&jobs[f.Limit-1]), nil
+	case more && last != nil:
+		return jobs, cursorOf(last), nil
+	}
+	return jobs, nil, nil
+}
+
+// readJob is a row a bounded scan read: whether it matches the status
+// filter, and its number in the scan.
+type readJob struct {
+	Job
+	hit bool
+	n   int64
+}
+
+func scanJobRead(row pgx.CollectableRow) (readJob, error) {
+	var r readJob
+	j, err := scanJobWith(row, &r.hit, &r.n)
+	r.Job = j
+	return r, err
+}
+
+func cursorOf(j *Job) *Cursor { return &Cursor{CreatedAt: j.CreatedAt, ID: j.ID} }
+
+// listQuery is a job listing's conditions and parameters.
+type listQuery struct{ pgstore.Where }
+
+// statusCond is the condition of f.Status ("" for none); a scheduled job
+// whose time has come reads as queued.
+func (q *listQuery) statusCond(f Filter) string {
+	enqueued := strconv.Itoa(int(schema.PhaseEnqueued))
 	switch f.Status {
 	case "":
+		return ""
 	case schema.StatusQueued:
-		where = append(where, "(status = 'queued' OR (status = 'scheduled' AND pos_phase = "+strconv.Itoa(int(schema.PhaseEnqueued))+" AND scheduled_for <= "+arg(f.Now)+"))")
+		return "(status = 'queued' OR (status = 'scheduled' AND pos_phase = " + enqueued + " AND scheduled_for <= " + q.Arg(f.Now) + "))"
 	case schema.StatusScheduled:
-		where = append(where, "status = 'scheduled' AND NOT (pos_phase = "+strconv.Itoa(int(schema.PhaseEnqueued))+" AND scheduled_for IS NOT NULL AND scheduled_for <= "+arg(f.Now)+")")
+		return "(status = 'scheduled' AND NOT (pos_phase = " + enqueued + " AND scheduled_for IS NOT NULL AND scheduled_for <= " + q.Arg(f.Now) + "))"
 	default:
-		where = append(where, "status = "+arg(string(f.Status)))
+		return "(status = " + q.Arg(string(f.Status)) + ")"
 	}
+}
+
+// filters adds the conditions an index serves: type, queue, tags, the
+// creation range and the cursor.
+func (q *listQuery) filters(f Filter) {
 	if f.Type != "" {
-		where = append(where, "type = "+arg(f.Type))
+		q.Conds = append(q.Conds, "type = "+q.Arg(f.Type))
 	}
 	if f.Queue != "" {
-		where = append(where, "queue = "+arg(f.Queue))
+		q.Conds = append(q.Conds, "queue = "+q.Arg(f.Queue))
 	}
 	if len(f.Tags) > 0 {
-		where = append(where, "tags @> "+arg(f.Tags)+"::text[]")
+		q.Conds = append(q.Conds, "tags @> "+q.Arg(f.Tags)+"::text[]")
 	}
 	if f.CreatedFrom != nil {
-		where = append(where, "created_at >= "+arg(*f.CreatedFrom))
+		q.Conds = append(q.Conds, "created_at >= "+q.Arg(*f.CreatedFrom))
 	}
 	if f.CreatedTo != nil {
-		where = append(where, "created_at < "+arg(*f.CreatedTo))
+		q.Conds = append(q.Conds, "created_at < "+q.Arg(*f.CreatedTo))
 	}
 	if f.After != nil {
-		where = append(where, "(created_at, id) < ("+arg(f.After.CreatedAt)+"::timestamptz, "+arg(f.After.ID)+"::text)")
+		q.Conds = append(q.Conds, "(created_at, id) < ("+q.Arg(f.After.CreatedAt)+"::timestamptz, "+q.Arg(f.After.ID)+"::text)")
 	}
-	q := `SELECT ` + selectColumns + ` FROM jobs WHERE ` + strings.Join(where, " AND ") +
-		` ORDER BY created_at DESC, id DESC LIMIT ` + arg(f.Limit)
-	return s.query(ctx, "list jobs", q, args...)
 }
 
 // GetMany returns the jobs of tenant among ids, by id.

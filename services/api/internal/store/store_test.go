@@ -20,7 +20,7 @@ import (
 	"github.com/ferryhq/ferry/services/api/internal/status"
 )
 
-func open(t *testing.T) *Store {
+func open(t testing.TB) *Store {
 	t.Helper()
 	ctx := context.Background()
 	pool, err := pgstore.Open(ctx, testenv.Postgres(t), 4)
@@ -34,7 +34,7 @@ func open(t *testing.T) *Store {
 	return New(pool, slog.New(slog.NewTextHandler(io.Discard, nil)))
 }
 
-func record(t *testing.T, d schema.Lifecycle, at time.Time) *kgo.Record {
+func record(t testing.TB, d schema.Lifecycle, at time.Time) *kgo.Record {
 	b, err := json.Marshal(d)
 	if err != nil {
 		t.Fatal(err)
@@ -64,7 +64,7 @@ func history(t *testing.T, id string, idemKey string) []*kgo.Record {
 	}
 }
 
-func (s *Store) applyTx(t *testing.T, recs []*kgo.Record) {
+func (s *Store) applyTx(t testing.TB, recs []*kgo.Record) {
 	t.Helper()
 	if err := pgx.BeginFunc(context.Background(), s.pool, func(tx pgx.Tx) error { return s.Apply(context.Background(), tx, recs) }); err != nil {
 		t.Fatal(err)
@@ -108,7 +108,7 @@ func TestShuffledBatches(t *testing.T) {
 		}
 	}
 	// Filters and the list order work on projected rows.
-	jobs, err := s.List(ctx, "acme", Filter{Status: schema.StatusSucceeded, Tags: []string{"t2"}, Limit: 100, Now: time.Now()})
+	jobs, _, err := s.List(ctx, "acme", Filter{Status: schema.StatusSucceeded, Tags: []string{"t2"}, Limit: 100, Now: time.Now()})
 	if err != nil || len(jobs) != 40 {
 		t.Fatalf("%d %v", len(jobs), err)
 	}

@@ -113,7 +113,7 @@ func TestOneWritePerJobPerBatch(t *testing.T) {
 	if w := s.applyCounting(t, later); w.inserted != 0 || w.updated != n/2 {
 		t.Fatalf("three events each of %d existing jobs: %+v, want %d updates", n/2, w, n/2)
 	}
-	jobs, err := s.List(context.Background(), "acme", Filter{Status: schema.StatusSucceeded, Limit: 1000, Now: time.Now()})
+	jobs, _, err := s.List(context.Background(), "acme", Filter{Status: schema.StatusSucceeded, Limit: 1000, Now: time.Now()})
 	if err != nil || len(jobs) != n {
 		t.Fatalf("succeeded: %d %v", len(jobs), err)
 	}

@@ -28,7 +28,10 @@ var Migrations = pgstore.Register("audit", migrations, "migrations")
 
 // Migrate applies the audit migrations.
 func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
-	return Migrations.Apply(ctx, pool)
+	if err := Migrations.Apply(ctx, pool); err != nil {
+		return err
+	}
+	return IndexMigrations.Apply(ctx, pool)
 }
 
 // Store reads and writes the audit tables.

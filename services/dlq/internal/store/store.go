@@ -11,7 +11,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"strings"
 	"time"
 
@@ -311,39 +310,32 @@ type Cursor struct {
 	JobID  string
 }
 
-type query struct {
-	where []string
-	args  []any
-}
-
-func (q *query) arg(v any) string {
-	q.args = append(q.args, v)
-	return "$" + strconv.Itoa(len(q.args))
-}
+// query is a listing's conditions on dlq_entries e.
+type query struct{ pgstore.Where }
 
 func newQuery(tenant string, f Filter) *query {
 	q := &query{}
-	q.where = append(q.where, "e.tenant_id = "+q.arg(tenant))
+	q.Conds = append(q.Conds, "e.tenant_id = "+q.Arg(tenant))
 	if f.Type != "" {
-		q.where = append(q.where, "e.type = "+q.arg(f.Type))
+		q.Conds = append(q.Conds, "e.type = "+q.Arg(f.Type))
 	}
 	if f.Queue != "" {
-		q.where = append(q.where, "e.queue = "+q.arg(f.Queue))
+		q.Conds = append(q.Conds, "e.queue = "+q.Arg(f.Queue))
 	}
 	if f.Class != "" {
-		q.where = append(q.where, "e.error_class = "+q.arg(f.Class))
+		q.Conds = append(q.Conds, "e.error_class = "+q.Arg(f.Class))
 	}
 	if f.Q != "" {
-		q.where = append(q.where, "e.error_message ILIKE '%' || "+q.arg(escapeLike(f.Q))+" || '%'")
+		q.Conds = append(q.Conds, "e.error_message ILIKE '%' || "+q.Arg(escapeLike(f.Q))+" || '%'")
 	}
 	if f.From != nil {
-		q.where = append(q.where, "e.dead_at >= "+q.arg(*f.From))
+		q.Conds = append(q.Conds, "e.dead_at >= "+q.Arg(*f.From))
 	}
 	if f.To != nil {
-		q.where = append(q.where, "e.dead_at < "+q.arg(*f.To))
+		q.Conds = append(q.Conds, "e.dead_at < "+q.Arg(*f.To))
 	}
 	if len(f.Tags) > 0 {
-		q.where = append(q.where, "e.tags @> "+q.arg(f.Tags)+"::text[]")
+		q.Conds = append(q.Conds, "e.tags @> "+q.Arg(f.Tags)+"::text[]")
 	}
 	return q
 }
@@ -351,7 +343,7 @@ func newQuery(tenant string, f Filter) *query {
 // redrivable restricts a query to the entries a bulk re-drive takes: not
 // suppressed, and not re-driven or being re-driven.
 func (q *query) redrivable() *query {
-	q.where = append(q.where, "e.suppressed_at IS NULL",
+	q.Conds = append(q.Conds, "e.suppressed_at IS NULL",
 		"NOT EXISTS (SELECT 1 FROM dlq_redrives r2 WHERE r2.tenant_id = e.tenant_id AND r2.dead_job_id = e.job_id AND r2.state <> 'released')")
 	return q
 }
@@ -362,12 +354,10 @@ func (q *query) redrivable() *query {
 // A zero asOf restricts nothing.
 func (q *query) listedBy(asOf time.Time) *query {
 	if !asOf.IsZero() {
-		q.where = append(q.where, "e.projected_at < "+q.arg(asOf))
+		q.Conds = append(q.Conds, "e.projected_at < "+q.Arg(asOf))
 	}
 	return q
 }
-
-func (q *query) sql() string { return strings.Join(q.where, " AND ") }
 
 func escapeLike(s string) string {
 	return strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`).Replace(s)
@@ -404,10 +394,10 @@ func (s *Store) Redrivable(ctx context.Context, tenant string, f Filter, limit i
 
 func (s *Store) list(ctx context.Context, q *query, after *Cursor, limit int) ([]Entry, error) {
 	if after != nil {
-		q.where = append(q.where, "(e.dead_at, e.job_id) < ("+q.arg(after.DeadAt)+"::timestamptz, "+q.arg(after.JobID)+"::text)")
+		q.Conds = append(q.Conds, "(e.dead_at, e.job_id) < ("+q.Arg(after.DeadAt)+"::timestamptz, "+q.Arg(after.JobID)+"::text)")
 	}
-	sql := `SELECT ` + entryColumns + entryFrom + ` WHERE ` + q.sql() + ` ORDER BY e.dead_at DESC, e.job_id DESC LIMIT ` + q.arg(limit)
-	rows, err := s.pool.Query(ctx, sql, q.args...)
+	sql := `SELECT ` + entryColumns + entryFrom + ` WHERE ` + q.SQL() + ` ORDER BY e.dead_at DESC, e.job_id DESC LIMIT ` + q.Arg(limit)
+	rows, err := s.pool.Query(ctx, sql, q.Args...)
 	if err != nil {
 		return nil, fmt.Errorf("store: list entries: %w", err)
 	}
@@ -433,7 +423,7 @@ func (s *Store) Clock(ctx context.Context) (time.Time, error) {
 func (s *Store) CountRedrivable(ctx context.Context, tenant string, f Filter, asOf time.Time) (int, error) {
 	q := newQuery(tenant, f).redrivable().listedBy(asOf)
 	var n int
-	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM dlq_entries e WHERE `+q.sql(), q.args...).Scan(&n); err != nil {
+	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM dlq_entries e WHERE `+q.SQL(), q.Args...).Scan(&n); err != nil {
 		return 0, fmt.Errorf("store: count entries: %w", err)
 	}
 	return n, nil
@@ -491,8 +481,8 @@ func (s *Store) ClaimBatch(ctx context.Context, tenant string, f Filter, asOf ti
 	var claims []Claim
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		q := newQuery(tenant, f).redrivable().listedBy(asOf)
-		rows, err := tx.Query(ctx, `SELECT `+entryColumns+entryFrom+` WHERE `+q.sql()+
-			` ORDER BY e.dead_at, e.job_id LIMIT `+q.arg(limit)+` FOR UPDATE OF e SKIP LOCKED`, q.args...)
+		rows, err := tx.Query(ctx, `SELECT `+entryColumns+entryFrom+` WHERE `+q.SQL()+
+			` ORDER BY e.dead_at, e.job_id LIMIT `+q.Arg(limit)+` FOR UPDATE OF e SKIP LOCKED`, q.Args...)
 		if err != nil {
 			return err
 		}

@@ -39,7 +39,7 @@ export async function render(main, r) {
     fill(list, table(["Job", "Type", "Queue", "Status", "Attempt", "Created"], [...rows.values()], (j) => [
       h("a", { href: "#/jobs/" + encodeURIComponent(j.id), class: "mono" }, j.id), j.type, j.queue,
       h("span", { "data-job-status": j.id }, badge(j.status)), `${j.attempt}/${j.max_attempts}`, fmtTime(j.created_at),
-    ], "No jobs match."), moreButton(out.next_cursor, load));
+    ], out.next_cursor ? "None among the jobs read so far; a status filter reads a bounded number per page: load more to read further back." : "No jobs match."), moreButton(out.next_cursor, load));
   };
   try { await load(""); } catch (e) { fill(list, h("p", { class: "error" }, errorText(e))); }
   return live(filter);

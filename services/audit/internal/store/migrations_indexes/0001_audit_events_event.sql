@@ -1,0 +1,14 @@
+-- audit_events_event (event_id) duplicated the leading column of the
+-- UNIQUE (event_id, occurred_at) index: every lookup by event id (the
+-- projection's duplicate filter, `event_id = ANY(..) AND occurred_at
+-- BETWEEN ..`) is served by the unique index, so the second index only cost
+-- one more index insert per audited event (about three per job).
+--
+-- The indexes that remain each serve a query:
+--   UNIQUE (event_id, occurred_at)  the duplicate filter and its backstop;
+--   audit_events_tenant_time        a tenant's events in (occurred_at,
+--                                   event_id) order: GET /v1/audit, export;
+--   audit_events_tenant_job         one job's events: the job filter;
+--   audit_events_chain              the verification walk and the cut that
+--                                   retention records before a drop.
+DROP INDEX IF EXISTS audit_events_event;
