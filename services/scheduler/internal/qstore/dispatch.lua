@@ -50,8 +50,21 @@ end
 -- that instant, never earlier. Only jobs no gate decides on go ahead: one
 -- with a concurrency key, or of a tenant with dispatch rate limits or a
 -- breaker not closed, stays delayed until due, so flow control decides on
--- it at its due time. lease_ahead returns true when it made a full chunk
--- ready (more may follow at once).
+-- it at its due time. And only into idle slots: at most the pool's live
+-- slots minus its jobs in flight and ready, so a job waiting for its due
+-- time never holds a slot a job ready now could use (a busy pool leases
+-- nothing ahead). lease_ahead returns true when it made a full chunk ready
+-- with room left (more may follow at once).
+local slots = 0
+for _, s in ipairs(redis.call('HVALS', wh)) do slots = slots + tonumber(s) end
+local ahead_room
+local function idle_slots(queues)
+  if not ahead_room then
+    ahead_room = slots - redis.call('ZCARD', inflight)
+    for _, q in ipairs(queues) do ahead_room = ahead_room - redis.call('ZCARD', P .. 'q:' .. q .. ':ready') end
+  end
+  return ahead_room
+end
 local gated_tenants = {}
 local function tenant_gated(t)
   local g = gated_tenants[t]
@@ -62,10 +75,12 @@ local function tenant_gated(t)
   end
   return g
 end
-local function lease_ahead(dk, horizon)
+local function lease_ahead(dk, horizon, queues)
+  if idle_slots(queues) <= 0 then return false end
   local soon = redis.call('ZRANGEBYSCORE', dk, '(' .. now, horizon, 'WITHSCORES', 'LIMIT', 0, 1000)
   local went = {}
   for k = 1, #soon, 2 do
+    if ahead_room <= 0 then break end
     local id = soon[k]
     local jk = P .. 'job:' .. id
     local f = redis.call('HMGET', jk, 'state', 'pool', 'queue', 'tenant', 'prio', 'ck')
@@ -73,12 +88,13 @@ local function lease_ahead(dk, horizon)
       went[#went + 1] = id -- a stale entry
     elseif (not f[6] or f[6] == '') and not tenant_gated(f[4] or '') then
       went[#went + 1] = id
+      ahead_room = ahead_room - 1
       redis.call('HSET', jk, 'nb', soon[k + 1])
       fair_make_ready(jk, id, false, {pool = f[2] or 'short', queue = f[3] or 'default', tenant = f[4] or '', prio = f[5]}, true)
     end
   end
   if #went > 0 then redis.call('ZREM', dk, unpack(went)) end
-  return #soon == 2000 and #went > 0
+  return #soon == 2000 and #went > 0 and ahead_room > 0
 end
 
 -- 3. Due delayed jobs. A score is the due time rounded up to the ms, so
@@ -98,7 +114,7 @@ for _, q in ipairs(queues) do
       fair_make_ready(jk, id, false, {pool = f[2] or 'short', queue = f[3] or 'default', tenant = f[4] or '', prio = f[5]}, true)
     end
   end
-  if ahead > 0 and #due < 1000 and lease_ahead(dk, now + ahead) then ahead_full = true end
+  if ahead > 0 and #due < 1000 and lease_ahead(dk, now + ahead, queues) then ahead_full = true end
 end
 
 -- 3b. Gates whose timer is due (rate-limit refills, breaker cool-downs)
@@ -110,9 +126,7 @@ gate_wakeups(now)
 local rt = route_table(pool)
 route_release(rt, pool)
 
--- 4. Capacity. No live worker, no dispatch.
-local slots = 0
-for _, s in ipairs(redis.call('HVALS', wh)) do slots = slots + tonumber(s) end
+-- 4. Capacity (slots: 3a). No live worker, no dispatch.
 local cap = 0
 if slots > 0 then cap = slots + prefetch - redis.call('ZCARD', inflight) end
 if cap > maxb then cap = maxb end

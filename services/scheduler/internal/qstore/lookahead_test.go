@@ -91,34 +91,54 @@ func TestLeaseAheadLeavesGatedJobsUntilDue(t *testing.T) {
 	}
 }
 
-// TestLeaseAheadCancelAndLostLease: a job made ready ahead of its due time
-// and cancelled before a slot took it is never dispatched; one leased ahead
-// whose worker is lost is dispatched again, same attempt, once its lease
-// expires, with no not-before once it is past due.
+// TestLeaseAheadCancelAndLostLease: a job leased ahead and cancelled
+// before it started is never dispatched again, even once its lease
+// expires; one whose worker is lost is dispatched again, same attempt, once
+// its lease expires, with no not-before once it is past due.
 func TestLeaseAheadCancelAndLostLease(t *testing.T) {
 	b := setup(t)
+	b.worker(t0, "w1", 10)
 	due := t0.Add(200 * time.Millisecond)
-	b.enqueue(t0, enq("gone", 1, "default", 5, due))
-	if res := b.dispatchAhead(t0, 512); len(res.Dispatched) != 0 { // no live worker: made ready, not leased
-		t.Fatalf("dispatched %v with no worker", ids(res.Dispatched))
+	b.enqueue(t0, enq("gone", 1, "default", 5, due), enq("lost", 1, "default", 5, due))
+	first := b.dispatchAhead(t0, 512).Dispatched
+	if got := ids(first); !slices.Equal(got, []string{"gone", "lost"}) || !first[0].NotBefore.Equal(due) || !first[1].NotBefore.Equal(due) {
+		t.Fatalf("leased ahead %+v, want gone and lost with not-before %v", first, due)
 	}
 	b.apply(t0, func(batch *Batch) { batch.Cancel("gone", "t1") })
-	b.worker(t0, "w1", 10)
-	if res := b.dispatchAhead(due, 512); len(res.Dispatched) != 0 {
-		t.Fatalf("dispatched the cancelled %v", ids(res.Dispatched))
-	}
-
-	b.enqueue(t0, enq("lost", 1, "default", 5, due))
-	first := b.dispatchAhead(t0, 512).Dispatched
-	if len(first) != 1 || !first[0].NotBefore.Equal(due) {
-		t.Fatalf("leased ahead %+v, want lost with not-before %v", first, due)
-	}
 	expiry := first[0].LeaseUntil
 	b.worker(expiry, "w2", 10) // w1 went silent
 	again := b.dispatchAhead(expiry, 512).Dispatched
-	if len(again) != 1 || again[0].JobID != "lost" || again[0].Attempt != 1 || again[0].DispatchID == first[0].DispatchID ||
+	if len(again) != 1 || again[0].JobID != "lost" || again[0].Attempt != 1 || again[0].DispatchID == byID(first, "lost").DispatchID ||
 		!again[0].NotBefore.IsZero() {
-		t.Fatalf("after the lost lease: %+v, want lost again, attempt 1, a new dispatch id, no not-before", again)
+		t.Fatalf("after the lost leases: %+v, want only lost again, attempt 1, a new dispatch id, no not-before", again)
+	}
+}
+
+// TestLeaseAheadOnlyIntoIdleSlots: jobs are leased ahead only into slots no
+// job in flight or ready now needs; a busy pool leases nothing ahead and
+// looks again when the first of them is due.
+func TestLeaseAheadOnlyIntoIdleSlots(t *testing.T) {
+	b := setup(t)
+	b.worker(t0, "w1", 10)
+	due := t0.Add(100 * time.Millisecond)
+	es := []schema.Enqueued{enq("now1", 1, "default", 5, t0), enq("now2", 1, "default", 5, t0), enq("now3", 1, "default", 5, t0)}
+	for i := range 20 {
+		es = append(es, enq(fmt.Sprintf("soon%02d", i), 1, "default", 5, due))
+	}
+	b.enqueue(t0, es...)
+	res := b.dispatchAhead(t0, 512)
+	ahead := 0
+	for _, d := range res.Dispatched {
+		if !d.NotBefore.IsZero() {
+			ahead++
+		}
+	}
+	if len(res.Dispatched) != 10 || ahead != 7 {
+		t.Fatalf("dispatched %v (%d ahead), want the 3 ready and 7 ahead into the idle slots", ids(res.Dispatched), ahead)
+	}
+	res = b.dispatchAhead(t0, 512)
+	if len(res.Dispatched) != 0 || !res.NextDue.Equal(due) {
+		t.Fatalf("full pool: dispatched %v, next due %v; want none, and a look at %v", ids(res.Dispatched), res.NextDue, due)
 	}
 }
 
