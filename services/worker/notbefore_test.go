@@ -6,7 +6,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kgo"
+
 	"github.com/ferryhq/ferry/events/schema"
+	"github.com/ferryhq/ferry/platform/kafkax"
+	"github.com/ferryhq/ferry/platform/testenv"
 	"github.com/ferryhq/ferry/services/worker"
 )
 
@@ -49,48 +53,53 @@ func TestNotBeforeNeverStartsEarly(t *testing.T) {
 // handler is never called and it reports nothing.
 func TestNotBeforeCancelledMeanwhileNeverRuns(t *testing.T) {
 	t.Parallel()
-	b := newBench(t)
+	addr := testenv.Kafka(t)
+	b := newBenchOn(t, addr)
 	var mu sync.Mutex
-	calls := map[int]int{}
+	calls := map[string]int{}
 	b.start(worker.Config{Concurrency: 2}, func(r *worker.Registry) {
 		r.Register("hold", func(ctx context.Context, job *worker.Job) (any, error) {
 			mu.Lock()
-			calls[job.Attempt]++
+			calls[job.ID]++
 			mu.Unlock()
-			if job.Attempt == 1 { // runs until cancelled: the sign the cancellation was read
-				<-ctx.Done()
-				return nil, ctx.Err()
-			}
-			return nil, nil
+			<-ctx.Done() // runs until cancelled
+			return nil, ctx.Err()
 		})
 	})
-	// Attempt 2 of job x waits for its not_before; attempt 1 of the same
-	// job (same partition, read after it) runs meanwhile on the other slot.
 	due := time.Now().Add(3 * time.Second).UTC()
-	waiting := b.dispatch("hold", nil, withAttempt(2), withNotBefore(due))
-	running := b.dispatch("hold", nil, withID(waiting.JobID), withAttempt(1))
-	b.waitFor("attempt 1 started", func(ev schema.Event) bool {
-		s, ok := ev.Data.(schema.Started)
-		return ok && s.JobID == waiting.JobID && s.Attempt == 1
-	})
-	// Cancelling attempt 2 stops the running attempt 1 too: once its
-	// failure is seen, the worker has read the cancellation.
-	b.produce(b.topics.Lifecycle(schema.EventCancelled), schema.Cancelled{JobRef: waiting.JobRef, Reason: "test", At: time.Now().UTC()})
-	b.failed(running)
-	// Past the not_before, a later attempt runs: the waiting dispatch's
-	// turn came and went.
-	time.Sleep(time.Until(due))
-	probe := b.dispatch("hold", nil, withID(waiting.JobID), withAttempt(3))
-	b.completed(probe)
-	if n := len(b.all(func(ev schema.Event) bool {
-		s, ok := ev.Data.(schema.Started)
-		return ok && s.JobID == waiting.JobID && s.Attempt == 2
-	})); n != 0 {
-		t.Fatalf("the cancelled attempt 2 started %d times", n)
+	waiting := b.dispatch("hold", nil, withNotBefore(due))
+	sentinel := b.dispatch("hold", nil)
+	b.waitFor("sentinel started", ofJob[schema.Started](sentinel.JobID))
+	// Both cancellations on one partition, the waiting job's first: once
+	// the sentinel fails cancelled, the worker has read the other one.
+	cl, err := kafkax.NewClient(kafkax.Config{Brokers: []string{addr}, ClientID: "test-cancels"}, kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	var recs []*kgo.Record
+	for _, d := range []schema.Dispatch{waiting, sentinel} {
+		rec, err := schema.NewRecord(b.topics.Lifecycle(schema.EventCancelled), "ferry/test", schema.Cancelled{JobRef: d.JobRef, Reason: "test", At: time.Now().UTC()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec.Partition = 0
+		recs = append(recs, rec)
+	}
+	if err := cl.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	b.failed(sentinel)
+	if time.Now().After(due) {
+		t.Fatalf("the cancellation was read after the not_before %v: nothing was cancelled during the wait", due)
+	}
+	time.Sleep(time.Until(due.Add(2 * time.Second))) // past the not_before
+	if n := len(b.all(ofJob[schema.Started](waiting.JobID))); n != 0 {
+		t.Fatalf("the job cancelled during its wait started %d times", n)
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if calls[2] != 0 {
-		t.Fatalf("the cancelled attempt's handler was called %d times", calls[2])
+	if calls[waiting.JobID] != 0 {
+		t.Fatalf("the cancelled job's handler was called %d times", calls[waiting.JobID])
 	}
 }
