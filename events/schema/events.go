@@ -275,6 +275,11 @@ type Dispatch struct {
 	// time), for submission-to-start latency.
 	ReadyAt    time.Time `json:"ready_at"`
 	LeaseUntil time.Time `json:"lease_until"`
+	// NotBefore, when set, is the attempt's due time: the scheduler leased
+	// it ahead (a bounded look-ahead) so the dispatch reaches the worker
+	// before it is due, and the worker must not start it earlier. Absent on
+	// a job dispatched once due.
+	NotBefore *time.Time `json:"not_before,omitempty"`
 }
 
 // WorkerStatus is a worker's flow-control announcement: how many slots it

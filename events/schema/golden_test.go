@@ -155,6 +155,7 @@ func recordTypes() []recordType {
 			CreatedAt:  created,
 			ReadyAt:    ts("2025-01-02T03:04:09Z"),
 			LeaseUntil: ts("2025-01-02T03:05:40Z"),
+			NotBefore:  tsp("2025-01-02T03:04:10Z"),
 		}},
 		{CETypeWorkerStatus, topics.Workers(), "ferry/worker", WorkerStatus{
 			WorkerID:   "worker-7",

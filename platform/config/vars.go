@@ -99,6 +99,7 @@ var Vars = []Var{
 	{"FERRY_SCHEDULER_PREFETCH_WINDOW", "100ms", "On top of the prefetch, a pool may have as many dispatches beyond its slots as it dispatched in this last window (rate × window), so the window covers the dispatch round trip; slow pools stay at the prefetch. Negative disables."},
 	{"FERRY_SCHEDULER_PREFETCH_MAX", "2048", "Bound of the rate-sized part of a pool's dispatch window (FERRY_SCHEDULER_PREFETCH_WINDOW)."},
 	{"FERRY_SCHEDULER_TICK", "5ms", "The fallback period of the scheduler's dispatch loops while jobs flow (wakes and due times drive them; the tick only bounds a missed wake). A pool whose steps dispatch nothing doubles it per empty step, up to 100ms."},
+	{"FERRY_SCHEDULER_LOOKAHEAD", "250ms", "Delayed jobs (run_at, retries) due within this are dispatched ahead with their due time as not_before, which the worker honours: a burst due at one instant starts on time, never early. Jobs behind a concurrency key, rate limit or open breaker wait until due. 0 disables; must be < FERRY_SCHEDULER_LEASE."},
 	{"FERRY_SCHEDULER_RETRY_BASE", "1s", "First retry backoff of app_error/retryable/timeout failures: min(base·2^(n-1), max) ±25 % jitter. A job's backoff overrides it."},
 	{"FERRY_SCHEDULER_RETRY_MAX", "10m", "Cap of the exponential retry backoff. A job's backoff overrides it."},
 	{"FERRY_SCHEDULER_RETRY_TYPES", "", "Per job type retry backoff, comma-separated type=base/max (e.g. email.send=5s/1h); between the scheduler defaults and a job's own backoff."},

@@ -46,6 +46,11 @@ type Config struct {
 	// Tick is the fallback period of the dispatch loops
 	// (FERRY_SCHEDULER_TICK).
 	Tick time.Duration
+	// Lookahead leases delayed jobs (run_at, retries) this long before they
+	// are due, with their due time as the dispatch's not_before, so a burst
+	// due at one instant is promoted and handed out before it and starts on
+	// time (FERRY_SCHEDULER_LOOKAHEAD; NoLookahead: only once due).
+	Lookahead time.Duration
 	// WorkerTTL is how long a worker counts as live after its last
 	// announcement. Defaults to 5s.
 	WorkerTTL time.Duration
@@ -101,6 +106,10 @@ type Config struct {
 // pool's free slots (FERRY_SCHEDULER_PREFETCH=0).
 const NoPrefetch = -1
 
+// NoLookahead is the Lookahead of a scheduler that dispatches a delayed job
+// only once it is due (FERRY_SCHEDULER_LOOKAHEAD=0).
+const NoLookahead = -1
+
 // WithDefaults returns c with unset (zero) fields defaulted.
 func (c Config) WithDefaults() Config {
 	config.DefaultVar(&c.Lease, "FERRY_SCHEDULER_LEASE")
@@ -108,6 +117,7 @@ func (c Config) WithDefaults() Config {
 	config.DefaultVar(&c.PrefetchWindow, "FERRY_SCHEDULER_PREFETCH_WINDOW")
 	config.DefaultVar(&c.PrefetchMax, "FERRY_SCHEDULER_PREFETCH_MAX")
 	config.DefaultVar(&c.Tick, "FERRY_SCHEDULER_TICK")
+	config.DefaultVar(&c.Lookahead, "FERRY_SCHEDULER_LOOKAHEAD")
 	config.DefaultVar(&c.RetryBase, "FERRY_SCHEDULER_RETRY_BASE")
 	config.DefaultVar(&c.RetryMax, "FERRY_SCHEDULER_RETRY_MAX")
 	config.DefaultVar(&c.CheckpointInterval, "FERRY_SCHEDULER_CHECKPOINT_INTERVAL")
@@ -143,6 +153,9 @@ func (c Config) Validate() error {
 	}
 	if c.Tick <= 0 || c.Tick > time.Minute {
 		errs = append(errs, fmt.Errorf("FERRY_SCHEDULER_TICK=%v: must be > 0 and ≤ 1m", c.Tick))
+	}
+	if c.Lookahead >= c.Lease {
+		errs = append(errs, fmt.Errorf("FERRY_SCHEDULER_LOOKAHEAD=%v: must be < FERRY_SCHEDULER_LEASE=%v", c.Lookahead, c.Lease))
 	}
 	if c.PrefetchMax < 0 {
 		errs = append(errs, fmt.Errorf("FERRY_SCHEDULER_PREFETCH_MAX=%d: must be ≥ 0", c.PrefetchMax))
@@ -216,12 +229,17 @@ func LoadConfig(l *config.Loader) (Config, error) {
 	if prefetch == 0 {
 		prefetch = NoPrefetch
 	}
+	lookahead := l.Duration("FERRY_SCHEDULER_LOOKAHEAD")
+	if lookahead == 0 {
+		lookahead = NoLookahead
+	}
 	return Config{
 		Lease:              l.Duration("FERRY_SCHEDULER_LEASE"),
 		Prefetch:           prefetch,
 		PrefetchWindow:     l.Duration("FERRY_SCHEDULER_PREFETCH_WINDOW"),
 		PrefetchMax:        l.Int("FERRY_SCHEDULER_PREFETCH_MAX"),
 		Tick:               l.Duration("FERRY_SCHEDULER_TICK"),
+		Lookahead:          lookahead,
 		RetryBase:          l.Duration("FERRY_SCHEDULER_RETRY_BASE"),
 		RetryMax:           l.Duration("FERRY_SCHEDULER_RETRY_MAX"),
 		RetryTypes:         types,

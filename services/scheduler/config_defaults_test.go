@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/ferryhq/ferry/platform/config"
@@ -35,5 +36,32 @@ func TestPrefetchZeroMeansNone(t *testing.T) {
 	}
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestLookaheadZeroMeansNone: FERRY_SCHEDULER_LOOKAHEAD=0 leases nothing
+// ahead (the default does not come back), and a look-ahead not shorter
+// than the lease is refused, naming the variable.
+func TestLookaheadZeroMeansNone(t *testing.T) {
+	load := func(v string) Config {
+		t.Helper()
+		l := config.NewLoader(func(k string) (string, bool) {
+			return v, k == "FERRY_SCHEDULER_LOOKAHEAD"
+		})
+		cfg, err := LoadConfig(l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cfg.WithDefaults().WithDefaults()
+	}
+	if cfg := load("0"); cfg.Lookahead != NoLookahead || cfg.Validate() != nil {
+		t.Fatalf("Lookahead = %v (%v), want NoLookahead and valid", cfg.Lookahead, cfg.Validate())
+	}
+	if cfg := (Config{}).WithDefaults(); cfg.Lookahead <= 0 {
+		t.Fatalf("default Lookahead = %v, want the documented look-ahead", cfg.Lookahead)
+	}
+	err := load("1m").Validate()
+	if err == nil || !strings.Contains(err.Error(), "FERRY_SCHEDULER_LOOKAHEAD") {
+		t.Fatalf("a look-ahead past the lease: %v, want an error naming FERRY_SCHEDULER_LOOKAHEAD", err)
 	}
 }

@@ -157,6 +157,7 @@ func (s *Service) stepRecords(pool string, res qstore.DispatchResult) ([]*kgo.Re
 			CreatedAt:  t.CreatedAt,
 			ReadyAt:    t.ReadyAt,
 			LeaseUntil: t.LeaseUntil.UTC(),
+			NotBefore:  notBefore(t),
 		})
 		if err != nil {
 			s.log.Error("encode dispatch", "job_id", t.JobID, "err", err)
@@ -179,6 +180,16 @@ func (s *Service) stepRecords(pool string, res qstore.DispatchResult) ([]*kgo.Re
 	return recs, owner, release
 }
 
+// notBefore is the not_before of t's dispatch: its due time when it was
+// leased ahead of it (Config.Lookahead), else none.
+func notBefore(t qstore.Template) *time.Time {
+	if t.NotBefore.IsZero() {
+		return nil
+	}
+	nb := t.NotBefore.UTC()
+	return &nb
+}
+
 // step runs one dispatch step of pool with prefetch dispatches allowed
 // beyond its live slots, and produces its records without waiting for them:
 // the loop can lease the next jobs while they are acknowledged. Once every
@@ -191,7 +202,7 @@ func (s *Service) step(ctx context.Context, pool string, prefetch int, done func
 	ctx = context.WithoutCancel(ctx)
 	res, err := s.store.Dispatch(ctx, qstore.DispatchParams{
 		Pool: pool, Now: s.cfg.Now(), Prefetch: prefetch, MaxBatch: s.cfg.MaxBatch,
-		DispatchIDPrefix: schema.NewEventID(),
+		DispatchIDPrefix: schema.NewEventID(), Lookahead: max(s.cfg.Lookahead, 0),
 	})
 	if err != nil || (len(res.Dispatched) == 0 && len(res.Expired) == 0) {
 		done()

@@ -489,6 +489,10 @@ func (s *Service) process(hardCtx context.Context, q queued) {
 		s.consumer.MarkCommitRecords(q.rec)
 		return
 	}
+	if !s.awaitNotBefore(d) {
+		s.queue <- q // stopping: handed back with the dispatches never started
+		return
+	}
 	log := s.jobLogger(d.JobRef, q.rec.Context, d.DispatchID)
 	r, h := s.admit(hardCtx, q, d, log)
 	if r == nil {

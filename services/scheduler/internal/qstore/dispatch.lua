@@ -6,10 +6,11 @@
 -- unpaused queue and is under its max_running goes first, and its best job
 -- (priority, then FIFO, across its queues of the pool) is popped (fair.lua).
 -- ARGV: prefix pool now_ms lease_ms prefetch max_batch dispatch_id_prefix ttl_s outbox_retry_ms check_epoch
---       default_estimate_ms
+--       default_estimate_ms lookahead_ms
 -- Returns {next_due_ms, next_lease_ms, n_dispatched, n_expired, more,
 --          (trailer: n_dispatched traceparents, expired lease count)
 --          dispatched (8 fields each)..., expired (8 fields each)...}.
+-- next_due_ms is when a delayed job is due, or enters the look-ahead (3a).
 local P, pool = ARGV[1], ARGV[2]
 local now, lease = tonumber(ARGV[3]), tonumber(ARGV[4])
 local prefetch, maxb = tonumber(ARGV[5]), tonumber(ARGV[6])
@@ -43,9 +44,64 @@ for _, leases in ipairs({inflight, held}) do
   end
 end
 
+-- 3a. Lease-ahead (lookahead_ms > 0): a delayed job due by horizon is made
+-- ready now with its due time as not-before (nb, in its dispatch), so its
+-- dispatch reaches a worker before it is due and the worker starts it at
+-- that instant, never earlier. Only jobs no gate decides on go ahead: one
+-- with a concurrency key, or of a tenant with dispatch rate limits or a
+-- breaker not closed, stays delayed until due, so flow control decides on
+-- it at its due time. And only into idle slots: at most the pool's live
+-- slots minus its jobs in flight and ready, so a job waiting for its due
+-- time never holds a slot a job ready now could use (a busy pool leases
+-- nothing ahead). lease_ahead returns true when it made a full chunk ready
+-- with room left (more may follow at once).
+local slots = 0
+for _, s in ipairs(redis.call('HVALS', wh)) do slots = slots + tonumber(s) end
+local ahead_room
+local function idle_slots(queues)
+  if not ahead_room then
+    ahead_room = slots - redis.call('ZCARD', inflight)
+    for _, q in ipairs(queues) do ahead_room = ahead_room - redis.call('ZCARD', P .. 'q:' .. q .. ':ready') end
+  end
+  return ahead_room
+end
+local gated_tenants = {}
+local function tenant_gated(t)
+  local g = gated_tenants[t]
+  if g == nil then
+    local c = redis.call('HMGET', P .. 'tenant:' .. t .. ':cfg', 'rg', 'bg')
+    g = c[1] == '1' or c[2] == '1'
+    gated_tenants[t] = g
+  end
+  return g
+end
+local function lease_ahead(dk, horizon, queues)
+  if idle_slots(queues) <= 0 then return false end
+  local soon = redis.call('ZRANGEBYSCORE', dk, '(' .. now, horizon, 'WITHSCORES', 'LIMIT', 0, 1000)
+  local went = {}
+  for k = 1, #soon, 2 do
+    if ahead_room <= 0 then break end
+    local id = soon[k]
+    local jk = P .. 'job:' .. id
+    local f = redis.call('HMGET', jk, 'state', 'pool', 'queue', 'tenant', 'prio', 'ck')
+    if f[1] ~= 'delayed' then
+      went[#went + 1] = id -- a stale entry
+    elseif (not f[6] or f[6] == '') and not tenant_gated(f[4] or '') then
+      went[#went + 1] = id
+      ahead_room = ahead_room - 1
+      redis.call('HSET', jk, 'nb', soon[k + 1])
+      fair_make_ready(jk, id, false, {pool = f[2] or 'short', queue = f[3] or 'default', tenant = f[4] or '', prio = f[5]}, true)
+    end
+  end
+  if #went > 0 then redis.call('ZREM', dk, unpack(went)) end
+  return #soon == 2000 and #went > 0 and ahead_room > 0
+end
+
 -- 3. Due delayed jobs. A score is the due time rounded up to the ms, so
 -- nothing is promoted early. Queues that stay empty leave the pool's index
 -- (prune.lua), so this loop costs what the live queues cost.
+local ahead = tonumber(ARGV[12]) or 0
+local ahead_full = false
 local queues = redis.call('SMEMBERS', PP .. ':queues')
 for _, q in ipairs(queues) do
   local dk = P .. 'q:' .. q .. ':delayed'
@@ -58,6 +114,7 @@ for _, q in ipairs(queues) do
       fair_make_ready(jk, id, false, {pool = f[2] or 'short', queue = f[3] or 'default', tenant = f[4] or '', prio = f[5]}, true)
     end
   end
+  if ahead > 0 and #due < 1000 and lease_ahead(dk, now + ahead, queues) then ahead_full = true end
 end
 
 -- 3b. Gates whose timer is due (rate-limit refills, breaker cool-downs)
@@ -69,14 +126,12 @@ gate_wakeups(now)
 local rt = route_table(pool)
 route_release(rt, pool)
 
--- 4. Capacity. No live worker, no dispatch.
-local slots = 0
-for _, s in ipairs(redis.call('HVALS', wh)) do slots = slots + tonumber(s) end
+-- 4. Capacity (slots: 3a). No live worker, no dispatch.
 local cap = 0
 if slots > 0 then cap = slots + prefetch - redis.call('ZCARD', inflight) end
 if cap > maxb then cap = maxb end
 
-local disp, exp, tps, parts = {}, {}, {}, {}
+local disp, exp, tps, parts, nbs = {}, {}, {}, {}, {}
 local function expired(jk, id)
   local f = redis.call('HMGET', jk, 'attempt', 'tenant', 'created', 'ready', 'spec', 'history', 'rf')
   exp[#exp + 1] = id
@@ -207,7 +262,7 @@ if cap > 0 then
     if best.vt > vnow then vnow = best.vt end
     local jk = P .. 'job:' .. id
     local f = redis.call('HMGET', jk, 'state', 'na', 'attempt', 'tenant', 'created', 'ready', 'spec', 'tp', 'type',
-      'ck', 'cl', 'gp', 'probe')
+      'ck', 'cl', 'gp', 'probe', 'nb')
     if f[1] == 'ready' then
       local na = tonumber(f[2])
       local admitted = false
@@ -246,6 +301,8 @@ if cap > 0 then
         disp[#disp + 1] = lease_until
         tps[#tps + 1] = f[8] or ''
         parts[#parts + 1] = route_partition(rt, f[9], id)
+        local nb = tonumber(f[14])
+        if nb and nb > now then nbs[#nbs + 1] = nb else nbs[#nbs + 1] = 0 end
       elseif parked >= GATE_CHUNK then
         break
       end
@@ -280,12 +337,14 @@ for _, id in ipairs(redis.call('ZRANGEBYSCORE', outbox, '-inf', now, 'LIMIT', 0,
   end
 end
 
--- 7. When to look again.
+-- 7. When to look again: when the first delayed job of a queue enters the
+-- look-ahead, or, when it is in it already (it waits for its gates, 3a), is due.
 local next_due = -1
 for _, q in ipairs(queues) do
   local r = redis.call('ZRANGE', P .. 'q:' .. q .. ':delayed', 0, 0, 'WITHSCORES')
   if #r > 0 then
     local s = tonumber(r[2])
+    if s - ahead > now then s = s - ahead end
     if next_due < 0 or s < next_due then next_due = s end
   end
 end
@@ -300,6 +359,8 @@ local more = 0
 if cap > 0 and popped == cap and cap == maxb then more = 1 end
 if parked >= GATE_CHUNK or rt.left or not route_room(rt) then more = 1 end
 
+if ahead_full then more = 1 end
+
 local res = {next_due, next_lease, #disp / 8, #exp / 8, more}
 for _, v in ipairs(disp) do res[#res + 1] = v end
 for _, v in ipairs(exp) do res[#res + 1] = v end
@@ -309,4 +370,6 @@ for _, v in ipairs(tps) do res[#res + 1] = v end
 res[#res + 1] = lost
 -- Then the dispatched jobs' partitions, in order (-1: the job id's hash).
 for _, v in ipairs(parts) do res[#res + 1] = v end
+-- Then the dispatched jobs' not-before ms, in order (0: none, start at once).
+for _, v in ipairs(nbs) do res[#res + 1] = v end
 return res

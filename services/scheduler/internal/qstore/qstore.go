@@ -223,6 +223,9 @@ type Template struct {
 	// Partition is the dispatch partition a worker handling the job's type
 	// owns (dispatched templates only; -1: the job id's hash decides).
 	Partition int32
+	// NotBefore is the due time of a job leased ahead of it
+	// (DispatchParams.Lookahead); zero when it may start at once.
+	NotBefore time.Time
 }
 
 // ApplyResult is the outcome of Apply.
@@ -317,6 +320,12 @@ type DispatchParams struct {
 	// DispatchIDPrefix must be unique per call (a UUIDv7); dispatch ids are
 	// "<prefix>-<n>".
 	DispatchIDPrefix string
+	// Lookahead leases delayed jobs due within it ahead of their due time
+	// (Template.NotBefore), so a burst of due jobs is promoted and handed
+	// out before the instant rather than after it. Jobs a gate decides on
+	// (a concurrency key, a tenant's rate limits or open breakers) wait
+	// until due. 0: no job is dispatched before it is due.
+	Lookahead time.Duration
 }
 
 // DispatchResult is the outcome of one dispatch step.
@@ -327,7 +336,8 @@ type DispatchResult struct {
 	// Expired are jobs whose not_after passed; produce their dlq records
 	// and AckExpired them.
 	Expired []Template
-	// NextDue is the earliest due time of a delayed job of the pool (zero if none).
+	// NextDue is the earliest due time of a delayed job of the pool, or,
+	// with a Lookahead, when it enters the look-ahead (zero if none).
 	NextDue time.Time
 	// NextLease is the earliest lease deadline in the pool (zero if none).
 	NextLease time.Time
@@ -353,11 +363,11 @@ func (s *Store) Dispatch(ctx context.Context, p DispatchParams) (DispatchResult,
 
 // dispatchArgs encodes a dispatch step as dispatch.lua reads its ARGV:
 // prefix pool now_ms lease_ms prefetch max_batch dispatch_id_prefix ttl_s
-// outbox_retry_ms check_epoch default_estimate_ms.
+// outbox_retry_ms check_epoch default_estimate_ms lookahead_ms.
 func (s *Store) dispatchArgs(p DispatchParams) []any {
 	return []any{s.opts.Prefix, p.Pool, p.Now.UnixMilli(), s.opts.Lease.Milliseconds(),
 		p.Prefetch, p.MaxBatch, p.DispatchIDPrefix, int64(s.opts.TerminalTTL.Seconds()), s.opts.OutboxRetry.Milliseconds(), flag(true),
-		s.opts.DefaultEstimate.Milliseconds()}
+		s.opts.DefaultEstimate.Milliseconds(), max(p.Lookahead.Milliseconds(), 0)}
 }
 
 func flag(b bool) string {

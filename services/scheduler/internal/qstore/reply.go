@@ -149,7 +149,8 @@ func decodeApplyReply(v []any, res *ApplyResult) error {
 
 // decodeDispatchReply decodes a dispatch call's reply: {next_due_ms,
 // next_lease_ms, n_dispatched, n_expired, more, dispatched..., expired...,
-// n_dispatched traceparents, expired lease count, n_dispatched partitions}.
+// n_dispatched traceparents, expired lease count, n_dispatched partitions,
+// n_dispatched not-before ms (0: none)}.
 func decodeDispatchReply(v []any) (DispatchResult, error) {
 	var res DispatchResult
 	r := replyReader{v: v}
@@ -184,6 +185,11 @@ func decodeDispatchReply(v []any) (DispatchResult, error) {
 	res.LeaseExpiries = int(r.int())
 	for k := range res.Dispatched {
 		res.Dispatched[k].Partition = int32(r.int())
+	}
+	for k := range res.Dispatched {
+		if ms := r.int(); ms > 0 {
+			res.Dispatched[k].NotBefore = time.UnixMilli(ms)
+		}
 	}
 	return res, r.err
 }

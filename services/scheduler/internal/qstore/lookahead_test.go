@@ -1,0 +1,177 @@
+package qstore
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/ferryhq/ferry/events/schema"
+)
+
+const testLookahead = 250 * time.Millisecond
+
+// dispatchAhead is dispatch with a look-ahead of testLookahead.
+func (b *bundle) dispatchAhead(now time.Time, maxBatch int) DispatchResult {
+	b.t.Helper()
+	b.n++
+	res, err := b.store.Dispatch(b.ctx, DispatchParams{Pool: schema.PoolShort, Now: now, MaxBatch: maxBatch,
+		DispatchIDPrefix: fmt.Sprintf("d%d", b.n), Lookahead: testLookahead})
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	return res
+}
+
+// TestLeaseAheadCarriesTheDueTime: a delayed job due within the look-ahead
+// is dispatched before its due time with that time (rounded up to the ms,
+// so never early) as NotBefore; one due later waits, and the step asks to
+// be woken when it enters the look-ahead; a job dispatched once due has
+// no NotBefore.
+func TestLeaseAheadCarriesTheDueTime(t *testing.T) {
+	b := setup(t)
+	b.worker(t0, "w1", 10)
+	soon := t0.Add(100*time.Millisecond + 500*time.Microsecond)
+	later := t0.Add(2 * time.Second)
+	b.enqueue(t0, enq("soon", 1, "default", 5, soon), enq("later", 1, "default", 5, later), enq("now", 1, "default", 5, t0))
+	res := b.dispatchAhead(t0, 512)
+	if got := ids(res.Dispatched); !slices.Equal(got, []string{"now", "soon"}) {
+		t.Fatalf("dispatched %v, want [now soon]", got)
+	}
+	if nb := byID(res.Dispatched, "now").NotBefore; !nb.IsZero() {
+		t.Fatalf("a due job carries not-before %v", nb)
+	}
+	if nb, want := byID(res.Dispatched, "soon").NotBefore, t0.Add(101*time.Millisecond); !nb.Equal(want) {
+		t.Fatalf("not-before %v, want %v (the due time rounded up)", nb, want)
+	}
+	if want := later.Add(-testLookahead); !res.NextDue.Equal(want) {
+		t.Fatalf("next due %v, want %v (when the next job enters the look-ahead)", res.NextDue, want)
+	}
+	if got := ids(b.dispatchAhead(res.NextDue.Add(-time.Millisecond), 512).Dispatched); len(got) != 0 {
+		t.Fatalf("dispatched %v before the look-ahead", got)
+	}
+	res = b.dispatchAhead(res.NextDue, 512)
+	if got := ids(res.Dispatched); !slices.Equal(got, []string{"later"}) || !res.Dispatched[0].NotBefore.Equal(later) {
+		t.Fatalf("dispatched %v (not-before %v), want [later] with %v", got, res.Dispatched, later)
+	}
+	if !res.NextDue.IsZero() {
+		t.Fatalf("next due %v, want none", res.NextDue)
+	}
+}
+
+// TestLeaseAheadLeavesGatedJobsUntilDue: flow control decides at the due
+// time: a job with a concurrency key, or of a tenant with a rate limit,
+// is not leased ahead; the step wakes at its due time, and it goes then,
+// without a not-before.
+func TestLeaseAheadLeavesGatedJobsUntilDue(t *testing.T) {
+	b := setup(t)
+	b.worker(t0, "w1", 10)
+	due := t0.Add(100 * time.Millisecond)
+	keyed := enqK("keyed", "x", "cust-a", 1)
+	keyed.RunAt = due
+	b.enqueue(t0, keyed)
+	res := b.dispatchAhead(t0, 512)
+	if len(res.Dispatched) != 0 || !res.NextDue.Equal(due) {
+		t.Fatalf("dispatched %v, next due %v; want none, and a wake at %v", ids(res.Dispatched), res.NextDue, due)
+	}
+	res = b.dispatchAhead(due, 512)
+	if got := ids(res.Dispatched); !slices.Equal(got, []string{"keyed"}) || !res.Dispatched[0].NotBefore.IsZero() {
+		t.Fatalf("at its due time: %v, want [keyed] without not-before", got)
+	}
+
+	b.flow(due, FlowSettings{RateLimits: map[string]RateLimit{"api.call": {PerSecond: 5, Burst: 5}}})
+	limited := enqK("limited", "noop", "", 0) // the tenant has rate limits: gated whatever its type
+	limited.RunAt = due.Add(100 * time.Millisecond)
+	b.enqueue(due, limited)
+	if res := b.dispatchAhead(due, 512); len(res.Dispatched) != 0 {
+		t.Fatalf("leased %v ahead for a tenant with rate limits", ids(res.Dispatched))
+	}
+	if got := ids(b.dispatchAhead(limited.RunAt, 512).Dispatched); !slices.Equal(got, []string{"limited"}) {
+		t.Fatalf("at its due time: %v, want [limited]", got)
+	}
+}
+
+// TestLeaseAheadCancelAndLostLease: a job leased ahead and cancelled
+// before it started is never dispatched again, even once its lease
+// expires; one whose worker is lost is dispatched again, same attempt, once
+// its lease expires, with no not-before once it is past due.
+func TestLeaseAheadCancelAndLostLease(t *testing.T) {
+	b := setup(t)
+	b.worker(t0, "w1", 10)
+	due := t0.Add(200 * time.Millisecond)
+	b.enqueue(t0, enq("gone", 1, "default", 5, due), enq("lost", 1, "default", 5, due))
+	first := b.dispatchAhead(t0, 512).Dispatched
+	if got := ids(first); !slices.Equal(got, []string{"gone", "lost"}) || !first[0].NotBefore.Equal(due) || !first[1].NotBefore.Equal(due) {
+		t.Fatalf("leased ahead %+v, want gone and lost with not-before %v", first, due)
+	}
+	b.apply(t0, func(batch *Batch) { batch.Cancel("gone", "t1") })
+	expiry := first[0].LeaseUntil
+	b.worker(expiry, "w2", 10) // w1 went silent
+	again := b.dispatchAhead(expiry, 512).Dispatched
+	if len(again) != 1 || again[0].JobID != "lost" || again[0].Attempt != 1 || again[0].DispatchID == byID(first, "lost").DispatchID ||
+		!again[0].NotBefore.IsZero() {
+		t.Fatalf("after the lost leases: %+v, want only lost again, attempt 1, a new dispatch id, no not-before", again)
+	}
+}
+
+// TestLeaseAheadOnlyIntoIdleSlots: jobs are leased ahead only into slots no
+// job in flight or ready now needs; a busy pool leases nothing ahead and
+// looks again when the first of them is due.
+func TestLeaseAheadOnlyIntoIdleSlots(t *testing.T) {
+	b := setup(t)
+	b.worker(t0, "w1", 10)
+	due := t0.Add(100 * time.Millisecond)
+	es := []schema.Enqueued{enq("now1", 1, "default", 5, t0), enq("now2", 1, "default", 5, t0), enq("now3", 1, "default", 5, t0)}
+	for i := range 20 {
+		es = append(es, enq(fmt.Sprintf("soon%02d", i), 1, "default", 5, due))
+	}
+	b.enqueue(t0, es...)
+	res := b.dispatchAhead(t0, 512)
+	ahead := 0
+	for _, d := range res.Dispatched {
+		if !d.NotBefore.IsZero() {
+			ahead++
+		}
+	}
+	if len(res.Dispatched) != 10 || ahead != 7 {
+		t.Fatalf("dispatched %v (%d ahead), want the 3 ready and 7 ahead into the idle slots", ids(res.Dispatched), ahead)
+	}
+	res = b.dispatchAhead(t0, 512)
+	if len(res.Dispatched) != 0 || !res.NextDue.Equal(due) {
+		t.Fatalf("full pool: dispatched %v, next due %v; want none, and a look at %v", ids(res.Dispatched), res.NextDue, due)
+	}
+}
+
+// TestLeaseAheadBurst: a burst due at one instant larger than a step's
+// chunk is made ready over consecutive steps (More), each job leased ahead
+// with the burst's due time, none twice.
+func TestLeaseAheadBurst(t *testing.T) {
+	b := setup(t)
+	b.worker(t0, "w1", 5000)
+	due := t0.Add(200 * time.Millisecond)
+	const n = 2500
+	var es []schema.Enqueued
+	for i := range n {
+		es = append(es, enq(fmt.Sprintf("j%05d", i), 1, "default", 5, due))
+	}
+	b.enqueue(t0, es...)
+	seen := map[string]bool{}
+	for step := 0; ; step++ {
+		if step > 20 {
+			t.Fatalf("still stepping after %d steps: %d of %d leased", step, len(seen), n)
+		}
+		res := b.dispatchAhead(t0, 512)
+		for _, d := range res.Dispatched {
+			if seen[d.JobID] || !d.NotBefore.Equal(due) {
+				t.Fatalf("%s: leased twice (%v) or not-before %v, want %v", d.JobID, seen[d.JobID], d.NotBefore, due)
+			}
+			seen[d.JobID] = true
+		}
+		if !res.More {
+			break
+		}
+	}
+	if len(seen) != n {
+		t.Fatalf("leased %d of %d ahead", len(seen), n)
+	}
+}
