@@ -625,6 +625,8 @@ func (s *scanner) dispatch(v *Dispatch) bool {
 			return s.time(&v.ReadyAt)
 		case "lease_until":
 			return s.time(&v.LeaseUntil)
+		case "not_before":
+			return s.timePtr(&v.NotBefore)
 		}
 		return s.ref(key, &v.JobRef)
 	})
