@@ -764,10 +764,14 @@ func (s *Service) finish(ctx context.Context, r *run, data schema.Lifecycle, com
 // rememberLocked records how r ended. A job counts as completed only once
 // its completed record is acknowledged; an outcome that was not is kept as
 // unreported for the re-dispatch that follows the lease's expiry.
+//
+// A newer attempt seen meanwhile (cancelled, or dispatched) outranks r:
+// lowering the remembered attempt to r's would let that attempt's cancel
+// be forgotten and a later dispatch of it run.
 func (s *Service) rememberLocked(r *run, data schema.Lifecycle, completed, acked bool) {
 	sj, _ := s.seen.Get(r.ref.JobID)
-	if sj.completed {
-		return // superseded meanwhile: completed by another dispatch
+	if sj.completed || sj.attempt > r.ref.Attempt {
+		return // superseded meanwhile: completed by another dispatch, or a newer attempt is known
 	}
 	sj.attempt, sj.dispatchID, sj.unreported = r.ref.Attempt, r.dispatchID, nil
 	switch {
