@@ -703,7 +703,7 @@ func (b *Bench) sseIdle(ctx context.Context) Result {
 	cancel()
 	r.Lost = 0
 	notes := []string{
-		fmt.Sprintf("%d streams open in %.1f s on GET /v1/events; rss_mb = peak VmRSS of the ferry dev process (api, scheduler, workers, projections, sse-bridge, audit, webhooks and embedded Kafka) over 10 s idle",
+		fmt.Sprintf("%d streams open in %.1f s on GET /v1/events; rss_mb = peak VmRSS of the ferry dev process (api, scheduler, workers, projections, sse-bridge, audit, webhooks; the broker is its own process) over 10 s idle",
 			open.Load(), opened.Seconds()),
 		fmt.Sprintf("VmRSS before opening %.1f MiB, after %.1f MiB: %.1f KiB per stream", base, now, (now-base)*1024/float64(open.Load())),
 	}

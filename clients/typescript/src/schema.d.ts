@@ -1997,6 +1997,7 @@ export interface operations {
     listJobs: {
         parameters: {
             query?: {
+                /** @description No index covers status: a page reads at most 2,000 of the jobs the other filters select, newest first, and may end early, even empty, with a `next_cursor` to carry on from; follow `next_cursor` until it is empty */
                 status?: components["schemas"]["Status"];
                 type?: string;
                 queue?: string;
