@@ -20,6 +20,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ferryhq/ferry/events/schema"
+	"github.com/ferryhq/ferry/platform/testenv"
 )
 
 // spans receives every span of this test process (see setupTelemetry).
@@ -37,6 +38,12 @@ const metricsGolden = "../../compose/testdata/metrics.txt"
 func TestObservability(t *testing.T) {
 	e := startStack(t, nil)
 	topics := schema.Topics{Prefix: "ferry."}
+
+	// A first job runs through before the traced one: a job the scheduler
+	// takes in by its start-up rebuild (which folds the log without trace
+	// context) is dispatched outside its trace, a known gap of the rebuild
+	// this test is not about.
+	e.waitStatus(e.submit(map[string]any{"type": "noop"}), "succeeded", 30*time.Second)
 
 	// A client-side trace: the API's server span must join it, and the
 	// job's status must carry its trace id.
@@ -78,20 +85,21 @@ func TestObservability(t *testing.T) {
 			return s.Name == topics.Lifecycle(schema.EventCompleted)+" process" && attr(s, "messaging.kafka.consumer.group") == "ferry-api-status"
 		},
 	}
-	var missing []string
-	waitFor(t, 10*time.Second, "the job's spans", func() bool {
-		missing = missing[:0]
+	// A generous bound for a loaded machine; on failure it names the spans
+	// still missing.
+	testenv.Eventually(t, 30*time.Second, func() error {
+		var missing []string
 		got := spansOf(traceID)
 		for what, match := range want {
 			if !slices.ContainsFunc(got, match) {
 				missing = append(missing, what)
 			}
 		}
-		return len(missing) == 0
+		if len(missing) > 0 {
+			return fmt.Errorf("trace %s lacks %v", traceID, missing)
+		}
+		return nil
 	})
-	if len(missing) > 0 {
-		t.Fatalf("trace %s lacks %v", traceID, missing)
-	}
 	// The handler span is a descendant of the dispatch, which descends from
 	// the HTTP request: follow the parents up to the client's span.
 	got := spansOf(traceID)
