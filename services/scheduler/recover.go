@@ -154,10 +154,13 @@ type foldedJob struct {
 	tenant  string
 	enq     *schema.Enqueued
 	enqTime time.Time
-	failed  *schema.Failed
-	done    bool
-	dead    bool
-	cancel  bool
+	// traceParent is the enqueued record's trace, which the job's dispatch
+	// continues (as after a consumed enqueued record).
+	traceParent string
+	failed      *schema.Failed
+	done        bool
+	dead        bool
+	cancel      bool
 }
 
 // rebuildTopics are the lifecycle topics the rebuild reads. started and
@@ -292,7 +295,7 @@ func (s *Service) foldRecord(jobs map[string]*foldedJob, r *kgo.Record) {
 	switch d := lc.(type) {
 	case schema.Enqueued:
 		if j.enq == nil || d.Attempt > j.enq.Attempt {
-			j.enq, j.enqTime = &d, ev.Time
+			j.enq, j.enqTime, j.traceParent = &d, ev.Time, ev.TraceParent
 		}
 	case schema.Failed:
 		if d.Error.Class == schema.ClassWorkerLost || d.Error.Class == schema.ClassCancelled {
@@ -359,6 +362,7 @@ func (s *Service) writeState(ctx context.Context, jobs map[string]*foldedJob) (r
 				s.log.Warn("rebuild: skipping job", "job_id", id, "err", err)
 				continue
 			}
+			b.Trace(j.enq.JobRef, j.traceParent)
 			st.pending++
 			if f := j.failed; f != nil && f.Attempt == j.enq.Attempt && f.DispatchID != "" {
 				b.Refail(id, f.DispatchID)

@@ -221,3 +221,46 @@ func TestRedisBackInTime(t *testing.T) {
 	_ = workers.Wait()
 	s.checkOnce(t)
 }
+
+// TestRebuildKeepsTheTrace: a job the rebuild takes in from the log keeps
+// its enqueued record's traceparent, so its dispatch continues the job's
+// trace as it does after a consumed enqueued record.
+func TestRebuildKeepsTheTrace(t *testing.T) {
+	e := newEnv(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var sched errgroup.Group
+	e.scheduler(ctx, &sched, scheduler.Config{Lease: 30 * time.Second, EpochCheck: 100 * time.Millisecond})
+
+	const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	rec, err := schema.NewRecord(e.topics.Lifecycle(schema.EventEnqueued), "ferry/api", enqueued("traced", time.Now().Add(time.Hour), false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: schema.HeaderTraceParent, Value: []byte(tp)})
+	if err := kafkax.ProduceAll(ctx, e.client(), rec); err != nil {
+		t.Fatal(err)
+	}
+	opts, err := redis.ParseURL(e.redis)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(opts)
+	defer rdb.Close()
+	jobTP := func() string { v, _ := rdb.HGet(ctx, "ferry:sched:job:traced", "tp").Result(); return v }
+	testenv.WaitFor(t, 30*time.Second, "the consumed job's trace in Redis", func() bool { return jobTP() != "" })
+	if err := rdb.FlushDB(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 30*time.Second, "the rebuilt job", func() bool {
+		ep, _ := rdb.Get(ctx, "ferry:sched:epoch").Result()
+		return ep != "" && rdb.Exists(ctx, "ferry:sched:job:traced").Val() == 1
+	})
+	if got := jobTP(); got != tp {
+		t.Fatalf("rebuilt job's traceparent = %q, want %q", got, tp)
+	}
+	cancel()
+	if err := sched.Wait(); err != nil {
+		t.Fatalf("scheduler Run: %v", err)
+	}
+}
