@@ -39,10 +39,9 @@ func TestObservability(t *testing.T) {
 	e := startStack(t, nil)
 	topics := schema.Topics{Prefix: "ferry."}
 
-	// A first job runs through before the traced one: a job the scheduler
-	// takes in by its start-up rebuild (which folds the log without trace
-	// context) is dispatched outside its trace, a known gap of the rebuild
-	// this test is not about.
+	// A first job runs through before the traced one, so the traced job
+	// meets a settled stack; a job the scheduler's start-up rebuild takes in
+	// keeps its trace too (scheduler TestRebuildKeepsTheTrace).
 	e.waitStatus(e.submit(map[string]any{"type": "noop"}), "succeeded", 30*time.Second)
 
 	// A client-side trace: the API's server span must join it, and the
