@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"golang.org/x/sync/errgroup"
 
@@ -108,12 +107,7 @@ func TestConcurrencyKeySurvivesRebuild(t *testing.T) {
 		t.Fatalf("%d jobs of a key with limit 2 dispatched before the flush", len(got))
 	}
 
-	opts, err := redis.ParseURL(e.redis)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rdb := redis.NewClient(opts)
-	defer rdb.Close()
+	rdb := e.rdb()
 	if err := rdb.FlushDB(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}

@@ -58,12 +58,7 @@ func TestRedisLossRebuild(t *testing.T) {
 	produce("later", later, time.Now().Add(2*time.Second))
 	time.Sleep(500 * time.Millisecond) // the delayed jobs are in Redis
 
-	opts, err := redis.ParseURL(e.redis)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rdb := redis.NewClient(opts)
-	defer rdb.Close()
+	rdb := e.rdb()
 	s.mu.Lock()
 	s.done, s.want, s.closed = make(chan struct{}), now+later, false
 	done := s.done
@@ -181,12 +176,7 @@ func TestRedisBackInTime(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	opts, err := redis.ParseURL(e.redis)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rdb := redis.NewClient(opts)
-	defer rdb.Close()
+	rdb := e.rdb()
 	const prefix = "ferry:sched:"
 	// The first jobs wait for a worker: no worker yet.
 	produce("first", first, time.Time{})
@@ -241,12 +231,7 @@ func TestRebuildKeepsTheTrace(t *testing.T) {
 	if err := kafkax.ProduceAll(ctx, e.client(), rec); err != nil {
 		t.Fatal(err)
 	}
-	opts, err := redis.ParseURL(e.redis)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rdb := redis.NewClient(opts)
-	defer rdb.Close()
+	rdb := e.rdb()
 	jobTP := func() string { v, _ := rdb.HGet(ctx, "ferry:sched:job:traced", "tp").Result(); return v }
 	testenv.WaitFor(t, 30*time.Second, "the consumed job's trace in Redis", func() bool { return jobTP() != "" })
 	if err := rdb.FlushDB(ctx).Err(); err != nil {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"golang.org/x/sync/errgroup"
 
@@ -56,6 +57,18 @@ func (e *env) client(extra ...kgo.Opt) *kgo.Client {
 	}
 	e.t.Cleanup(cl.Close)
 	return cl
+}
+
+// rdb is a client of the test's Redis database, closed with the test.
+func (e *env) rdb() *redis.Client {
+	e.t.Helper()
+	opts, err := redis.ParseURL(e.redis)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	c := redis.NewClient(opts)
+	e.t.Cleanup(func() { c.Close() })
+	return c
 }
 
 // postgres returns a migrated pool of a fresh database for the scheduler.
