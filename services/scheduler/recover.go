@@ -141,8 +141,8 @@ func (s *Service) rebuildLocked(ctx context.Context) error {
 	if err := s.resetCheckpoint(ctx); err != nil { // checkpoint.go
 		return fmt.Errorf("scheduler: rebuild: %w", err)
 	}
-	if err := s.store.SetEpoch(ctx, schema.NewEventID()); err != nil {
-		return err
+	if err := s.store.SetEpochLocked(ctx, s.owner, schema.NewEventID()); err != nil {
+		return fmt.Errorf("scheduler: rebuild: %w", err)
 	}
 	s.log.Warn("scheduler state rebuilt", "jobs", len(jobs), "pending", st.pending, "failed_redecided", st.redecided,
 		"terminal", st.terminal, "took", time.Since(start).Round(time.Millisecond))
@@ -268,8 +268,8 @@ func (s *Service) readLog(ctx context.Context, from map[string]map[int32]kgo.Off
 			}
 		})
 		if time.Since(lastRenew) > s.cfg.RebuildLockTTL/3 {
-			if ok, err := s.store.TryLock(ctx, s.owner, s.cfg.RebuildLockTTL); err != nil || !ok {
-				return fmt.Errorf("scheduler: rebuild: lost the rebuild lock (%v)", err)
+			if err := s.store.RenewLock(ctx, s.owner, s.cfg.RebuildLockTTL); err != nil {
+				return fmt.Errorf("scheduler: rebuild: %w", err)
 			}
 			lastRenew = time.Now()
 		}
@@ -340,8 +340,8 @@ func (s *Service) writeState(ctx context.Context, jobs map[string]*foldedJob) (r
 		if err := kafkax.ProduceAll(ctx, s.deps.Kafka, out...); err != nil {
 			return fmt.Errorf("scheduler: rebuild: produce decisions: %w", err)
 		}
-		if ok, err := s.store.TryLock(ctx, s.owner, s.cfg.RebuildLockTTL); err != nil || !ok {
-			return fmt.Errorf("scheduler: rebuild: lost the rebuild lock (%v)", err)
+		if err := s.store.RenewLock(ctx, s.owner, s.cfg.RebuildLockTTL); err != nil {
+			return fmt.Errorf("scheduler: rebuild: %w", err)
 		}
 		b, failed = qstore.Batch{}, map[[2]string]schema.Failed{}
 		return nil

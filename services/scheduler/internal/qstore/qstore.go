@@ -146,6 +146,40 @@ func (s *Store) SetEpoch(ctx context.Context, epoch string) error {
 	return nil
 }
 
+// ErrLockLost is returned when the rebuild lock is no longer held by its
+// owner: it expired, or Redis was flushed (or restarted empty) meanwhile,
+// so whatever the rebuild wrote so far may be gone.
+var ErrLockLost = errors.New("qstore: rebuild lock lost (expired, or Redis lost its data meanwhile)")
+
+// SetEpochLocked writes the epoch key only while owner still holds the
+// rebuild lock, in one script. A flush during a rebuild removes the lock
+// with the rest, so a rebuild never marks complete a state that lost part
+// of what it wrote (ErrLockLost): it starts again.
+func (s *Store) SetEpochLocked(ctx context.Context, owner, epoch string) error {
+	ok, err := epochScript.Run(ctx, s.rdb, []string{s.opts.Prefix + "rebuild:lock", s.opts.Prefix + "epoch"}, owner, epoch).Int()
+	if err != nil {
+		return fmt.Errorf("qstore: set epoch: %w", err)
+	}
+	if ok != 1 {
+		return ErrLockLost
+	}
+	return nil
+}
+
+// RenewLock extends the rebuild lock for ttl only while owner still holds
+// it (ErrLockLost otherwise). Unlike TryLock it never takes a lock that is
+// gone: a rebuild whose lock vanished with a flush must start again.
+func (s *Store) RenewLock(ctx context.Context, owner string, ttl time.Duration) error {
+	ok, err := renewScript.Run(ctx, s.rdb, []string{s.opts.Prefix + "rebuild:lock"}, owner, ttl.Milliseconds()).Int()
+	if err != nil {
+		return fmt.Errorf("qstore: renew rebuild lock: %w", err)
+	}
+	if ok != 1 {
+		return ErrLockLost
+	}
+	return nil
+}
+
 // TryLock takes (or, for its owner, renews) the rebuild lock for ttl.
 func (s *Store) TryLock(ctx context.Context, owner string, ttl time.Duration) (bool, error) {
 	ok, err := lockScript.Run(ctx, s.rdb, []string{s.opts.Prefix + "rebuild:lock"}, owner, ttl.Milliseconds()).Int()
@@ -168,6 +202,18 @@ var (
 local v = redis.call('GET', KEYS[1])
 if v == false or v == ARGV[1] then
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  return 1
+end
+return 0`)
+	renewScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 1
+end
+return 0`)
+	epochScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('SET', KEYS[2], ARGV[2])
   return 1
 end
 return 0`)

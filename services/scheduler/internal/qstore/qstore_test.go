@@ -474,6 +474,43 @@ func TestRebuildLock(t *testing.T) {
 	}
 }
 
+// TestFlushDuringRebuildLosesTheLock: a flush while a rebuild runs takes
+// the lock with it, so the rebuild can neither renew it nor write the
+// epoch over a state that lost what it wrote so far.
+func TestFlushDuringRebuildLosesTheLock(t *testing.T) {
+	b := setup(t)
+	if ok, err := b.store.TryLock(b.ctx, "a", time.Minute); err != nil || !ok {
+		t.Fatalf("a: %v %v", ok, err)
+	}
+	if err := b.store.RenewLock(b.ctx, "a", time.Minute); err != nil {
+		t.Fatalf("renewing a held lock: %v", err)
+	}
+	if err := b.store.RenewLock(b.ctx, "b", time.Minute); !errors.Is(err, ErrLockLost) {
+		t.Fatalf("b renewed a's lock: %v", err)
+	}
+	if err := b.rdb.FlushDB(b.ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.store.RenewLock(b.ctx, "a", time.Minute); !errors.Is(err, ErrLockLost) {
+		t.Fatalf("renew after a flush: %v, want ErrLockLost", err)
+	}
+	if err := b.store.SetEpochLocked(b.ctx, "a", "e1"); !errors.Is(err, ErrLockLost) {
+		t.Fatalf("epoch after a flush: %v, want ErrLockLost", err)
+	}
+	if ep, _ := b.store.Epoch(b.ctx); ep != "" {
+		t.Fatalf("epoch %q written without the lock", ep)
+	}
+	if ok, _ := b.store.TryLock(b.ctx, "a", time.Minute); !ok {
+		t.Fatal("a could not take the lock again")
+	}
+	if err := b.store.SetEpochLocked(b.ctx, "a", "e2"); err != nil {
+		t.Fatal(err)
+	}
+	if ep, _ := b.store.Epoch(b.ctx); ep != "e2" {
+		t.Fatalf("epoch = %q, want e2", ep)
+	}
+}
+
 func TestLateCompletionSupersedes(t *testing.T) {
 	b := setup(t)
 	b.worker(t0, "w1", 1)
