@@ -29,9 +29,14 @@ import (
 //   - completed, dead-lettered, cancelled: a terminal marker, so replays
 //     and late events of the job change nothing;
 //   - otherwise the latest enqueued attempt, ready or delayed as its run_at
-//     says — a job that was in flight is ready again at the same attempt
-//     (the worker drops a duplicate dispatch of a job it runs or ran, and
-//     a completion by the old dispatch is still accepted);
+//     says, at the same attempt;
+//   - but an attempt the log shows started and not yet ended was in flight
+//     at a worker that is most likely still running it: it waits one lease
+//     from the rebuild before it is dispatched again. Its worker's
+//     completion (accepted from any dispatch) ends it meanwhile; a worker
+//     that died leaves it to run again, as an expired lease would. Made
+//     ready at once, it would race that completion: a copy dispatched to
+//     another worker runs the job a second time;
 //   - a latest attempt that failed without its retry decision in the log:
 //     decided again, as the consumer would have.
 //
@@ -144,7 +149,7 @@ func (s *Service) rebuildLocked(ctx context.Context) error {
 	if err := s.store.SetEpochLocked(ctx, s.owner, schema.NewEventID()); err != nil {
 		return fmt.Errorf("scheduler: rebuild: %w", err)
 	}
-	s.log.Warn("scheduler state rebuilt", "jobs", len(jobs), "pending", st.pending, "failed_redecided", st.redecided,
+	s.log.Warn("scheduler state rebuilt", "jobs", len(jobs), "pending", st.pending, "in_flight", st.inFlight, "failed_redecided", st.redecided,
 		"terminal", st.terminal, "took", time.Since(start).Round(time.Millisecond))
 	return nil
 }
@@ -158,14 +163,16 @@ type foldedJob struct {
 	// continues (as after a consumed enqueued record).
 	traceParent string
 	failed      *schema.Failed
+	started     *schema.Started // the latest attempt's latest start
 	done        bool
 	dead        bool
 	cancel      bool
 }
 
-// rebuildTopics are the lifecycle topics the rebuild reads. started and
-// progress change nothing a rebuild keeps: an in-flight job is ready again.
-var rebuildTopics = []schema.EventType{schema.EventEnqueued, schema.EventFailed, schema.EventCompleted, schema.EventDLQ, schema.EventCancelled}
+// rebuildTopics are the lifecycle topics the rebuild reads. started tells
+// which attempts were in flight; progress changes nothing a rebuild keeps.
+var rebuildTopics = []schema.EventType{schema.EventEnqueued, schema.EventStarted, schema.EventFailed, schema.EventCompleted,
+	schema.EventDLQ, schema.EventCancelled}
 
 // foldLog reads the lifecycle topics up to their current ends and folds
 // them per job: find the range to read (logRange), then read it
@@ -297,6 +304,10 @@ func (s *Service) foldRecord(jobs map[string]*foldedJob, r *kgo.Record) {
 		if j.enq == nil || d.Attempt > j.enq.Attempt {
 			j.enq, j.enqTime, j.traceParent = &d, ev.Time, ev.TraceParent
 		}
+	case schema.Started:
+		if j.started == nil || d.Attempt >= j.started.Attempt {
+			j.started = &d
+		}
 	case schema.Failed:
 		if d.Error.Class == schema.ClassWorkerLost || d.Error.Class == schema.ClassCancelled {
 			return // settled inside Redis, never a retry decision
@@ -315,7 +326,22 @@ func (s *Service) foldRecord(jobs map[string]*foldedJob, r *kgo.Record) {
 	}
 }
 
-type rebuildStats struct{ pending, redecided, terminal int }
+type rebuildStats struct{ pending, inFlight, redecided, terminal int }
+
+// inFlight reports whether the log shows the job's latest attempt started
+// and not ended (no failure of it; a completion made the job terminal).
+func (j *foldedJob) inFlight() bool {
+	a := j.enq.Attempt
+	return j.started != nil && j.started.Attempt == a && (j.failed == nil || j.failed.Attempt != a)
+}
+
+// later returns the later of a run_at (zero: none) and t.
+func later(runAt, t time.Time) time.Time {
+	if runAt.After(t) {
+		return runAt
+	}
+	return t
+}
 
 // writeState writes the folded jobs into Redis and produces the decisions
 // of failures that had none.
@@ -358,7 +384,12 @@ func (s *Service) writeState(ctx context.Context, jobs map[string]*foldedJob) (r
 			b.Cancel(id, j.tenant)
 			st.terminal++
 		case j.enq != nil:
-			if err := b.Enqueue(*j.enq, j.enqTime); err != nil {
+			enq := *j.enq
+			if j.inFlight() {
+				enq.RunAt = later(enq.RunAt, s.cfg.Now().Add(s.cfg.Lease))
+				st.inFlight++
+			}
+			if err := b.Enqueue(enq, j.enqTime); err != nil {
 				s.log.Warn("rebuild: skipping job", "job_id", id, "err", err)
 				continue
 			}

@@ -252,3 +252,119 @@ func TestRebuildKeepsTheTrace(t *testing.T) {
 		t.Fatalf("scheduler Run: %v", err)
 	}
 }
+
+// TestRebuildHoldsInFlightJobs: an attempt the log shows started and not
+// ended is not dispatched again right after a rebuild (its worker most
+// likely still runs it, and a copy elsewhere would run it twice): the
+// worker's completion ends it; an attempt whose worker went quiet runs
+// again once one lease has passed, as an expired lease would.
+func TestRebuildHoldsInFlightJobs(t *testing.T) {
+	e := newEnv(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const lease = 3 * time.Second
+	var sched, bg errgroup.Group
+	e.scheduler(ctx, &sched, scheduler.Config{Lease: lease, EpochCheck: 100 * time.Millisecond})
+	wctx, wcancel := context.WithCancel(ctx)
+	defer func() { wcancel(); _ = bg.Wait() }()
+	cl := e.client(kafkax.Group("ferry-worker-short", e.topics.Dispatch(schema.PoolShort))...)
+	dispatches := make(chan schema.Dispatch, 16)
+	announceAndRead(wctx, t, &bg, cl, e.topics, "w1", dispatches)
+
+	var recs []*kgo.Record
+	for _, id := range []string{"kept", "orphan"} {
+		rec, err := schema.NewRecord(e.topics.Lifecycle(schema.EventEnqueued), "ferry/api", enqueued(id, time.Time{}, false))
+		if err != nil {
+			t.Fatal(err)
+		}
+		recs = append(recs, rec)
+	}
+	if err := kafkax.ProduceAll(ctx, cl, recs...); err != nil {
+		t.Fatal(err)
+	}
+	first := map[string]schema.Dispatch{}
+	recs = nil
+	for len(first) < 2 {
+		select {
+		case d := <-dispatches:
+			first[d.JobID] = d
+			st, _ := schema.NewRecord(e.topics.Lifecycle(schema.EventStarted), "test/worker",
+				schema.Started{JobRef: d.JobRef, WorkerID: "w1", DispatchID: d.DispatchID, StartedAt: time.Now().UTC()})
+			recs = append(recs, st)
+		case <-time.After(20 * time.Second):
+			t.Fatalf("dispatched %d of 2 jobs", len(first))
+		}
+	}
+	if err := kafkax.ProduceAll(ctx, cl, recs...); err != nil {
+		t.Fatal(err)
+	}
+
+	rdb := e.rdb()
+	if err := rdb.FlushDB(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 20*time.Second, "the rebuilt state", func() bool { return rdb.Get(ctx, "ferry:sched:epoch").Val() != "" })
+	select {
+	case d := <-dispatches:
+		t.Fatalf("%s dispatched again right after the rebuild while its worker still runs it", d.JobID)
+	case <-time.After(lease / 2):
+	}
+	k := first["kept"]
+	done, _ := schema.NewRecord(e.topics.Lifecycle(schema.EventCompleted), "test/worker", schema.Completed{
+		JobRef: k.JobRef, WorkerID: "w1", DispatchID: k.DispatchID, StartedAt: time.Now().UTC(), FinishedAt: time.Now().UTC(),
+	})
+	if err := kafkax.ProduceAll(ctx, cl, done); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case d := <-dispatches:
+		if d.JobID != "orphan" || d.Attempt != 1 || d.DispatchID == first["orphan"].DispatchID {
+			t.Fatalf("after the lease: dispatched %s attempt %d (%s), want a new dispatch of orphan's attempt 1", d.JobID, d.Attempt, d.DispatchID)
+		}
+	case <-time.After(3 * lease):
+		t.Fatal("the job whose worker went quiet was not dispatched again after the lease")
+	}
+	select {
+	case d := <-dispatches:
+		t.Fatalf("%s dispatched again after its completion", d.JobID)
+	case <-time.After(time.Second):
+	}
+	cancel()
+	if err := sched.Wait(); err != nil {
+		t.Fatalf("scheduler Run: %v", err)
+	}
+}
+
+// announceAndRead announces worker id with 4 slots of the short pool every
+// 200ms and sends each dispatch it reads on cl to out, until ctx ends.
+func announceAndRead(ctx context.Context, t *testing.T, g *errgroup.Group, cl *kgo.Client, topics schema.Topics, id string, out chan<- schema.Dispatch) {
+	g.Go(func() error {
+		tk := time.NewTicker(200 * time.Millisecond)
+		defer tk.Stop()
+		for {
+			rec, _ := schema.NewRecord(topics.Workers(), "test/worker", schema.WorkerStatus{WorkerID: id, Pool: schema.PoolShort, Slots: 4, At: time.Now()})
+			_ = kafkax.ProduceAll(ctx, cl, rec)
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-tk.C:
+			}
+		}
+	})
+	g.Go(func() error {
+		for {
+			fs := cl.PollFetches(ctx)
+			if ctx.Err() != nil {
+				return nil
+			}
+			fs.EachRecord(func(r *kgo.Record) {
+				ev, err := schema.Decode(r)
+				if err != nil {
+					t.Errorf("decode dispatch: %v", err)
+					return
+				}
+				out <- ev.Data.(schema.Dispatch)
+			})
+		}
+	})
+}
