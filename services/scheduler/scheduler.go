@@ -127,7 +127,8 @@ func (s *Service) Run(ctx context.Context) error {
 	// Offsets are marked once a batch's effects are in Redis and its records
 	// in Kafka, and committed in the background (every second, on revoke and
 	// on close): a synchronous commit per batch would hold up the next poll.
-	opts := append(kafkax.MarkedGroup(Group, s.Topics()...), kgo.BlockRebalanceOnPoll())
+	opts := append(kafkax.MarkedGroup(Group, s.Topics()...), kgo.BlockRebalanceOnPoll(),
+		kgo.OnPartitionsAssigned(s.holdLeasesOnRebalance), kgo.OnPartitionsRevoked(s.onRevoked))
 	cl, err := kafkax.NewClient(s.deps.KafkaConfig("scheduler"), opts...)
 	if err != nil {
 		return fmt.Errorf("scheduler: %w", err)

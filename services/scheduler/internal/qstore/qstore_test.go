@@ -632,3 +632,22 @@ func TestEmptyQueuesLeaveTheIndex(t *testing.T) {
 		t.Fatalf("new job in a re-indexed queue not dispatched: %v", got)
 	}
 }
+
+// TestHoldLeases: a hold moves the leases that would end sooner out to
+// until, and leaves a longer one (an async job's hold) as it is.
+func TestHoldLeases(t *testing.T) {
+	b := setup(t)
+	short, long := b.store.opts.Prefix+"pool:short:inflight", b.store.opts.Prefix+"pool:short:held"
+	b.rdb.ZAdd(b.ctx, short, redis.Z{Score: float64(t0.Add(time.Second).UnixMilli()), Member: "soon"})
+	b.rdb.ZAdd(b.ctx, long, redis.Z{Score: float64(t0.Add(time.Hour).UnixMilli()), Member: "later"})
+	n, err := b.store.HoldLeases(b.ctx, []string{"short", "long"}, t0, time.Minute)
+	if err != nil || n != 1 {
+		t.Fatalf("HoldLeases = %d, %v; want 1 lease moved", n, err)
+	}
+	if s := b.rdb.ZScore(b.ctx, short, "soon").Val(); s != float64(t0.Add(time.Minute).UnixMilli()) {
+		t.Errorf("held lease ends at %v, want now + one lease", s)
+	}
+	if s := b.rdb.ZScore(b.ctx, long, "later").Val(); s != float64(t0.Add(time.Hour).UnixMilli()) {
+		t.Errorf("a longer lease moved to %v", s)
+	}
+}
