@@ -192,6 +192,20 @@ type Attempts map[string][]int
 // readEvents reads topic from the offsets in from to those in to and returns,
 // per record key (job id), the attempts of the records.
 func (p *Probe) readEvents(ctx context.Context, topic string, from, to Offsets) (Attempts, error) {
+	out := Attempts{}
+	err := p.scanTopic(ctx, topic, from, to, func(r *kgo.Record) {
+		var v struct {
+			Attempt int `json:"attempt"`
+		}
+		_ = json.Unmarshal(r.Value, &v)
+		out[string(r.Key)] = append(out[string(r.Key)], v.Attempt)
+	})
+	return out, err
+}
+
+// scanTopic calls fn with every record of topic from the offsets in from to
+// those in to, in offset order per partition.
+func (p *Probe) scanTopic(ctx context.Context, topic string, from, to Offsets, fn func(*kgo.Record)) error {
 	start := map[string]map[int32]kgo.Offset{topic: {}}
 	remaining := map[int32]int64{}
 	for part, end := range to[topic] {
@@ -201,13 +215,12 @@ func (p *Probe) readEvents(ctx context.Context, topic string, from, to Offsets) 
 			remaining[part] = end
 		}
 	}
-	out := Attempts{}
 	if len(remaining) == 0 {
-		return out, nil
+		return nil
 	}
 	cl, err := kafkax.NewClient(p.kcfg, kgo.ConsumePartitions(start))
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer cl.Close()
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
@@ -215,24 +228,20 @@ func (p *Probe) readEvents(ctx context.Context, topic string, from, to Offsets) 
 	for len(remaining) > 0 {
 		fs := cl.PollFetches(ctx)
 		if ctx.Err() != nil {
-			return out, fmt.Errorf("reading %s: %w", topic, ctx.Err())
+			return fmt.Errorf("reading %s: %w", topic, ctx.Err())
 		}
 		fs.EachRecord(func(r *kgo.Record) {
 			end, ok := remaining[r.Partition]
 			if !ok || r.Offset >= end {
 				return
 			}
-			var v struct {
-				Attempt int `json:"attempt"`
-			}
-			_ = json.Unmarshal(r.Value, &v)
-			out[string(r.Key)] = append(out[string(r.Key)], v.Attempt)
+			fn(r)
 			if r.Offset+1 >= end {
 				delete(remaining, r.Partition)
 			}
 		})
 	}
-	return out, nil
+	return nil
 }
 
 // PGStats are database-wide counters of pg_stat_database.
