@@ -662,7 +662,9 @@ func (b *Bench) retryStageNotes(ctx context.Context, r *Result, run batchRun, to
 		r.extraRecords = map[string]any{}
 	}
 	r.extraRecords["stages"] = detail
-	return []string{
+	after := b.probe.counters(ctx)
+	return []string{redisLine(run.before.RedisS, after.RedisS, len(run.ids)),
+		"from its first submission to the end of its log check, " + cpuLine(microsPerJob(run.before.CPU, after.CPU, len(run.ids))),
 		fmt.Sprintf("submission answered at %.2f s; the bench saw all done in the projection at %.2f s",
 			run.submitted.Sub(run.t0).Seconds(), run.seenDone.Sub(run.t0).Seconds()),
 		s,
