@@ -3,6 +3,8 @@ package main
 import (
 	"encoding/json"
 	"math"
+	"os"
+	"os/exec"
 	"reflect"
 	"strings"
 	"testing"
@@ -110,5 +112,26 @@ func TestSettle(t *testing.T) {
 	settle(&r, []string{"a", "b", "c", "d"}, rows, lc)
 	if r.Lost != 2 || r.Duplicated != 1 {
 		t.Errorf("lost %d duplicated %d, want 2 and 1", r.Lost, r.Duplicated)
+	}
+}
+
+// A process's CPU includes the children it reaped: Redis's AOF rewrites
+// and Postgres's autovacuum workers are such children.
+func TestProcStatCountsReapedChildren(t *testing.T) {
+	before, ok := readProcStat(os.Getpid())
+	if !ok {
+		t.Skip("no /proc")
+	}
+	cmd := exec.Command("sh", "-c", "i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done")
+	if err := cmd.Run(); err != nil {
+		t.Fatal(err)
+	}
+	child := int64((cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()) * clockTicks / time.Second)
+	if child < 5 {
+		t.Fatalf("the child used %d ticks: too few to tell", child)
+	}
+	after, _ := readProcStat(os.Getpid())
+	if got := after.ticks - before.ticks; got < child-1 {
+		t.Fatalf("this process gained %d ticks while its child used %d: its reaped children are not counted", got, child)
 	}
 }

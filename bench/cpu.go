@@ -60,21 +60,29 @@ func readProcStat(pid int) (procStat, bool) {
 		return procStat{}, false
 	}
 	f := strings.Fields(s[closing+1:])
-	// f[0] is field 3 (state): ppid is field 4, utime 14, stime 15.
-	if len(f) < 13 {
+	// f[0] is field 3 (state): ppid is field 4, utime 14, stime 15, cutime
+	// 16, cstime 17.
+	if len(f) < 15 {
 		return procStat{}, false
 	}
 	ppid, _ := strconv.Atoi(f[1])
-	utime, _ := strconv.ParseInt(f[11], 10, 64)
-	stime, _ := strconv.ParseInt(f[12], 10, 64)
-	return procStat{ppid: ppid, comm: s[open+1 : closing], ticks: utime + stime}, true
+	var ticks int64
+	for _, i := range []int{11, 12, 13, 14} {
+		n, _ := strconv.ParseInt(f[i], 10, 64)
+		ticks += n
+	}
+	return procStat{ppid: ppid, comm: s[open+1 : closing], ticks: ticks}, true
 }
 
 // cpuTree sums the CPU time of root and every living descendant by
-// component. A process that exited between two snapshots takes its time
-// with it (Postgres backends live as long as their pooled connections, so
-// in practice the tree is stable during a workload). Empty when root is 0
-// or /proc is unreadable.
+// component, each with the time of its children it has reaped (cutime,
+// cstime): Redis's AOF rewrites and snapshots are forked children, and
+// Postgres's autovacuum workers exit after each run, so without it their
+// CPU would vanish from the figures. A process that exited between two
+// snapshots and was not reaped by one of these takes its time with it
+// (Postgres backends live as long as their pooled connections, so in
+// practice the tree is stable during a workload). Empty when root is 0 or
+// /proc is unreadable.
 func cpuTree(root int) CPUTicks {
 	out := CPUTicks{}
 	if root <= 0 {

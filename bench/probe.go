@@ -192,6 +192,20 @@ type Attempts map[string][]int
 // readEvents reads topic from the offsets in from to those in to and returns,
 // per record key (job id), the attempts of the records.
 func (p *Probe) readEvents(ctx context.Context, topic string, from, to Offsets) (Attempts, error) {
+	out := Attempts{}
+	err := p.scanTopic(ctx, topic, from, to, func(r *kgo.Record) {
+		var v struct {
+			Attempt int `json:"attempt"`
+		}
+		_ = json.Unmarshal(r.Value, &v)
+		out[string(r.Key)] = append(out[string(r.Key)], v.Attempt)
+	})
+	return out, err
+}
+
+// scanTopic calls fn with every record of topic from the offsets in from to
+// those in to, in offset order per partition.
+func (p *Probe) scanTopic(ctx context.Context, topic string, from, to Offsets, fn func(*kgo.Record)) error {
 	start := map[string]map[int32]kgo.Offset{topic: {}}
 	remaining := map[int32]int64{}
 	for part, end := range to[topic] {
@@ -201,13 +215,12 @@ func (p *Probe) readEvents(ctx context.Context, topic string, from, to Offsets) 
 			remaining[part] = end
 		}
 	}
-	out := Attempts{}
 	if len(remaining) == 0 {
-		return out, nil
+		return nil
 	}
 	cl, err := kafkax.NewClient(p.kcfg, kgo.ConsumePartitions(start))
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer cl.Close()
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
@@ -215,24 +228,20 @@ func (p *Probe) readEvents(ctx context.Context, topic string, from, to Offsets) 
 	for len(remaining) > 0 {
 		fs := cl.PollFetches(ctx)
 		if ctx.Err() != nil {
-			return out, fmt.Errorf("reading %s: %w", topic, ctx.Err())
+			return fmt.Errorf("reading %s: %w", topic, ctx.Err())
 		}
 		fs.EachRecord(func(r *kgo.Record) {
 			end, ok := remaining[r.Partition]
 			if !ok || r.Offset >= end {
 				return
 			}
-			var v struct {
-				Attempt int `json:"attempt"`
-			}
-			_ = json.Unmarshal(r.Value, &v)
-			out[string(r.Key)] = append(out[string(r.Key)], v.Attempt)
+			fn(r)
 			if r.Offset+1 >= end {
 				delete(remaining, r.Partition)
 			}
 		})
 	}
-	return out, nil
+	return nil
 }
 
 // PGStats are database-wide counters of pg_stat_database.
@@ -274,12 +283,54 @@ func (p *Probe) redisCalls(ctx context.Context) (map[string]int64, error) {
 	return out, nil
 }
 
+// redisState is what INFO memory and persistence say about Redis: the
+// bytes it holds and how often it has rewritten its append-only file (a
+// fork that copies the whole dataset, beside whatever runs).
+type redisState struct {
+	UsedMemory  int64 `json:"used_memory"`
+	AOFRewrites int64 `json:"aof_rewrites"`
+}
+
+// redisInfo reads redisState; zero without Redis or when INFO fails.
+func (p *Probe) redisInfo(ctx context.Context) redisState {
+	var st redisState
+	if p.rdb == nil {
+		return st
+	}
+	s, err := p.rdb.Info(ctx, "memory", "persistence").Result()
+	if err != nil {
+		return st
+	}
+	for _, line := range strings.Split(s, "\n") {
+		k, v, _ := strings.Cut(strings.TrimSpace(line), ":")
+		n, _ := strconv.ParseInt(v, 10, 64)
+		switch k {
+		case "used_memory":
+			st.UsedMemory = n
+		case "aof_rewrites":
+			st.AOFRewrites = n
+		}
+	}
+	return st
+}
+
+// redisLine says what Redis held at b and what it gained and rewrote
+// between a and b, per job of n.
+func redisLine(a, b redisState, n int) string {
+	if b.UsedMemory == 0 || n == 0 {
+		return ""
+	}
+	return fmt.Sprintf("redis memory %.0f MiB at the end (%+.0f bytes per job), %d AOF rewrites during the workload",
+		float64(b.UsedMemory)/(1<<20), float64(b.UsedMemory-a.UsedMemory)/float64(n), b.AOFRewrites-a.AOFRewrites)
+}
+
 // Counters is a snapshot of every server counter the benchmark reads.
 type Counters struct {
 	At     time.Time
 	Kafka  Offsets
 	PG     PGStats
 	Redis  map[string]int64
+	RedisS redisState
 	Tables map[string]tableStats
 	CPU    CPUTicks // CPU time per component of the stack
 }
@@ -289,6 +340,7 @@ func (p *Probe) counters(ctx context.Context) Counters {
 	c.Kafka, _ = p.endOffsets(ctx)
 	c.PG, _ = p.pgStats(ctx)
 	c.Redis, _ = p.redisCalls(ctx)
+	c.RedisS = p.redisInfo(ctx)
 	c.Tables, _ = p.tableStats(ctx)
 	return c
 }
@@ -397,7 +449,11 @@ func (p *Probe) perJob(a, b Counters, n int) (string, map[string]any) {
 	if len(cpu) > 1 {
 		s += "; " + cpuLine(cpu)
 	}
-	detail := map[string]any{"kafka_records": recs, "table_row_writes": tables, "table_rows_fetched": fetched,
+	if r := redisLine(a.RedisS, b.RedisS, n); r != "" {
+		s += "; " + r
+	}
+	detail := map[string]any{"redis_used_memory": b.RedisS.UsedMemory, "redis_memory_per_job": float64(b.RedisS.UsedMemory-a.RedisS.UsedMemory) / f,
+		"redis_aof_rewrites": b.RedisS.AOFRewrites - a.RedisS.AOFRewrites, "kafka_records": recs, "table_row_writes": tables, "table_rows_fetched": fetched,
 		"jobs_updates": jobs.Updates, "jobs_hot_updates": jobs.HOTUpdates, "redis_calls": redisDelta, "postgres": pg, "jobs": n,
 		"seconds": b.At.Sub(a.At).Seconds(), "cpu_us_per_job": cpu}
 	return s, detail

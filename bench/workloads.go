@@ -149,6 +149,7 @@ func truncate(b []byte, n int) string {
 // outcome finishes a result from the projection and the log: lost (accepted
 // but not succeeded), duplicated (completed more than once in the log).
 type logCheck struct {
+	to        Offsets // the end offsets the check read up to
 	completed Attempts
 	failed    Attempts
 	started   Attempts
@@ -162,7 +163,7 @@ func (b *Bench) checkLog(ctx context.Context, from Offsets, withFailed bool) (lo
 	if err != nil {
 		return logCheck{}, err
 	}
-	var lc logCheck
+	lc := logCheck{to: to}
 	p := b.probe.prefix
 	if lc.completed, err = b.probe.readEvents(ctx, p+"jobs.completed", from, to); err != nil {
 		return lc, err
@@ -501,6 +502,8 @@ func startFigures(r *Result, rows map[string]JobRow, t0 time.Time, accepted int)
 type batchRun struct {
 	before    Counters
 	t0        time.Time // first submission
+	submitted time.Time // the last batch's answer
+	seenDone  time.Time // when the bench saw every job finished in the status projection
 	ids, errs []string  // accepted job ids; batch errors
 	rows      map[string]JobRow
 	notes     []string
@@ -522,8 +525,10 @@ func (b *Bench) submitAndWait(ctx context.Context, r *Result, tag string, n int,
 			run.errs = append(run.errs, err.Error())
 		}
 	}
-	r.EnqueueRate = Rate(len(run.ids), time.Since(run.t0))
+	run.submitted = time.Now()
+	r.EnqueueRate = Rate(len(run.ids), run.submitted.Sub(run.t0))
 	_, ok := b.probe.waitDone(ctx, tag, len(run.ids), timeout)
+	run.seenDone = time.Now()
 	var err error
 	run.rows, err = b.probe.jobs(ctx, tag)
 	r.RSSMB = rss.Stop()
@@ -636,8 +641,35 @@ func (b *Bench) retry(ctx context.Context) Result {
 		}
 	}
 	notes = append(notes, fmt.Sprintf("%d jobs without exactly two attempts (failed #1, completed #2)", wrong))
+	notes = append(notes, b.retryStageNotes(ctx, &r, run, lc.to)...)
 	r.Notes = strings.Join(append(notes, b.noise), "; ")
 	return r
+}
+
+// retryStageNotes are the retry workload's per-stage times (retryStages)
+// from its records on the log, with the submission and the bench's own
+// wait; the detail goes to the results file as "stages".
+func (b *Bench) retryStageNotes(ctx context.Context, r *Result, run batchRun, to Offsets) []string {
+	sr, err := b.probe.readStages(ctx, retryStages, run.before.Kafka, to, run.ids)
+	if err != nil {
+		return []string{"stages: " + err.Error()}
+	}
+	s, detail := stageSummary(retryStages, retryGaps, sr.times, run.t0)
+	detail["submitted_s"] = round(run.submitted.Sub(run.t0).Seconds(), 3)
+	detail["projection_seen_done_s"] = round(run.seenDone.Sub(run.t0).Seconds(), 3)
+	detail["attempt2_leased_ahead"] = sr.leasedFor
+	if r.extraRecords == nil {
+		r.extraRecords = map[string]any{}
+	}
+	r.extraRecords["stages"] = detail
+	after := b.probe.counters(ctx)
+	return []string{redisLine(run.before.RedisS, after.RedisS, len(run.ids)),
+		"from its first submission to the end of its log check, " + cpuLine(microsPerJob(run.before.CPU, after.CPU, len(run.ids))),
+		fmt.Sprintf("submission answered at %.2f s; the bench saw all done in the projection at %.2f s",
+			run.submitted.Sub(run.t0).Seconds(), run.seenDone.Sub(run.t0).Seconds()),
+		s,
+		fmt.Sprintf("%d of %d attempt-2 dispatches leased ahead of their due time (not_before)", sr.leasedFor, len(run.ids)),
+	}
 }
 
 // --- sse-idle ---------------------------------------------------------

@@ -95,21 +95,30 @@ local function unindex(jk, id, f)
   gate_leave(jk, id, g[3], g[4], g[5], g[6], g[7], now)
 end
 
--- TERMINAL_CLEARED are the fields a terminal marker empties: the job's
--- spec, history and trace (the bulk of its hash) and its fair-share charge.
--- They are set to '' in the marker's one HSET rather than deleted by an
--- HDEL of their own: a command less per job, and every reader treats ''
--- as absent (fair_settle reads est as a number).
-local TERMINAL_CLEARED = {'spec', '', 'history', '', 'rf', '', 'est', '', 'cw', '', 'tp', ''}
-
--- terminal leaves the job's terminal state (and tenant) for the terminal
--- TTL: two commands.
+-- terminal replaces the job's hash by its terminal marker (state and
+-- tenant) for the terminal TTL, in one command: a COPY of the marker
+-- template of that state and tenant (P marker:<state>:<tenant>, written and
+-- given the TTL once per script call), which brings the TTL along. The
+-- marker is a fresh small hash: the job's own hash, once it held its spec,
+-- is hashtable-encoded (a value over hash-max-listpack-value) and stays so
+-- whatever its fields are set to, ~1.2 KB per finished job kept for the
+-- terminal TTL (days); the copy is listpack-encoded, ~100 bytes. Nothing
+-- reads a marker but its state (every reader treats a missing field as
+-- absent).
+local marker_written = {}
 local function terminal(jk, state, tenant)
-  local h = {'state', state, 'did', ''}
-  if tenant and tenant ~= '' then h[#h + 1], h[#h + 2] = 'tenant', tenant end
-  for _, v in ipairs(TERMINAL_CLEARED) do h[#h + 1] = v end
-  redis.call('HSET', jk, unpack(h))
-  redis.call('EXPIRE', jk, ttl)
+  tenant = tenant or ''
+  local tk = P .. 'marker:' .. state .. ':' .. tenant
+  if not marker_written[tk] then
+    if tenant ~= '' then
+      redis.call('HSET', tk, 'state', state, 'tenant', tenant)
+    else
+      redis.call('HSET', tk, 'state', state)
+    end
+    redis.call('EXPIRE', tk, ttl)
+    marker_written[tk] = true
+  end
+  redis.call('COPY', tk, jk, 'REPLACE')
 end
 
 local function template(jk, id)
@@ -197,8 +206,8 @@ end
 -- wins; the copy in flight is reported as superseded so it can be told to
 -- stop. started_ms and finished_ms (0 when unknown) are the measured run,
 -- which reconciles its slot-time (fair.lua) as a U op would. A job in
--- flight without flow-control fields costs four commands: its fields read,
--- and the terminal marker's HSET, HDEL and EXPIRE.
+-- flight without flow-control fields costs two commands: its fields read,
+-- and the terminal marker's COPY.
 ops.C = function(o)
   local id, tenant, did = ARGV[o], ARGV[o + 1], ARGV[o + 2]
   local jk = P .. 'job:' .. id
@@ -239,7 +248,7 @@ ops.F = function(o)
     if class ~= 'worker_lost' then gate_run_failed(jk, id, did, class, f[4], f[5], f[6], f[7], now) end
     out[1] = 1
     if st == 'cancelled' or class == 'cancelled' then
-      terminal(jk, 'cancelled')
+      terminal(jk, 'cancelled', f[4])
     elseif class == 'worker_lost' then
       fair_make_ready(jk, id, true, nil, false)
     else
@@ -335,7 +344,8 @@ ops.A = function(o)
   local id = ARGV[o + 1]
   local jk = P .. 'job:' .. id
   redis.call('ZREM', P .. 'pool:' .. ARGV[o] .. ':outbox', id)
-  if redis.call('HGET', jk, 'state') == 'expiring' then terminal(jk, 'dead') end
+  local f = redis.call('HMGET', jk, 'state', 'tenant')
+  if f[1] == 'expiring' then terminal(jk, 'dead', f[2]) end
 end
 
 -- U id dispatch_id started_ms finished_ms: the measured run of a

@@ -194,7 +194,7 @@ local function fair_settle(jk, did, started, finished, f)
     f = {did = v[1], est = v[2], cw = v[3], pool = v[4], tenant = v[5], type = v[6]}
     if did ~= '' and f.did == did and tonumber(f.est) then redis.call('HDEL', jk, 'est', 'cw') end
   end
-  -- A terminal marker holds est = '' (apply.lua's terminal): no charge.
+  -- A terminal marker has no est (apply.lua's terminal): no charge.
   local est = tonumber(f.est)
   if did == '' or f.did ~= did or not est then return end
   if started <= 0 or finished < started then return end

@@ -9,8 +9,12 @@
 //	P job:<id>             HASH  state, attempt, tenant, queue, pool, prio, seq, na (not_after ms),
 //	                             created, ready (RFC 3339), spec (JobSpec JSON), history (JSON),
 //	                             did (current dispatch id), rf (redriven_from), held ("1": the
-//	                             attempt may be in its pool's held set); a terminal marker keeps
-//	                             the small fields and empties spec, history, rf, est, cw and tp
+//	                             attempt may be in its pool's held set); a terminal marker is a
+//	                             fresh hash of state and tenant only (a copy of P marker:…)
+//	P marker:<state>:<tenant> HASH the terminal marker template (state done, cancelled or dead;
+//	                             tenant), refreshed with the terminal TTL by each apply call that
+//	                             ends a job: COPY gives a job's key a small listpack hash and the TTL
+//	                             in one command
 //	P q:<queue>:ready      ZSET  job ids by prio·1e14 + [5e13 +] seq (priority, then FIFO;
 //	                             re-queued lost jobs sit in the front band, without the 5e13)
 //	P q:<queue>:delayed    ZSET  job ids by due time (ms, rounded up)
