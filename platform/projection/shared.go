@@ -140,7 +140,7 @@ type member struct {
 	cfg    Config
 	apply  ApplyFunc
 	topics map[string]bool
-	in     chan []*kgo.Record
+	in     chan batch
 	// next is, per topic and partition, the offset of the first record
 	// the projection has not been given: records below it are skipped.
 	// Set from its stored offsets on assignment; guarded by reader.mu.
@@ -149,7 +149,7 @@ type member struct {
 
 func newMember(cfg Config, apply ApplyFunc, buffer int) *member {
 	m := &member{group: cfg.Group, cfg: cfg, apply: apply, topics: map[string]bool{},
-		in: make(chan []*kgo.Record, buffer), next: map[string]map[int32]int64{}}
+		in: make(chan batch, buffer), next: map[string]map[int32]int64{}}
 	for _, t := range cfg.Topics {
 		m.topics[t] = true
 	}
@@ -176,6 +176,13 @@ func (m *member) take(recs []*kgo.Record) []*kgo.Record {
 		out = append(out, r)
 	}
 	return out
+}
+
+// batch is what a member is handed: records of one poll, with the poll's
+// events decoded once for all members (Decode).
+type batch struct {
+	recs    []*kgo.Record
+	decodes *decodes
 }
 
 // reader is a running Shared reader.
@@ -250,6 +257,7 @@ func (r *reader) hand(ctx context.Context, recs []*kgo.Record) {
 	if len(recs) == 0 {
 		return
 	}
+	ds := newDecodes(recs)
 	for _, m := range r.members {
 		r.mu.Lock()
 		mine := m.take(recs)
@@ -258,7 +266,7 @@ func (r *reader) hand(ctx context.Context, recs []*kgo.Record) {
 			n := min(len(mine), m.cfg.MaxBatch)
 			r.pending.add()
 			select {
-			case m.in <- mine[:n:n]:
+			case m.in <- batch{mine[:n:n], ds}:
 			case <-ctx.Done():
 				r.pending.done()
 				return
@@ -283,9 +291,9 @@ func (r *reader) project(ctx context.Context, m *member) {
 					return
 				}
 			}
-		case recs := <-m.in:
-			spans := tr.start(recs)
-			err := settler.Settle(ctx, recs)
+		case b := <-m.in:
+			spans := tr.start(b.recs)
+			err := settler.Settle(b.decodes.with(ctx), b.recs)
 			tr.end(spans, err)
 			r.pending.done()
 		}

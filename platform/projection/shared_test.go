@@ -20,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/ferryhq/ferry/events/schema"
 	"github.com/ferryhq/ferry/platform/kafkax"
 	"github.com/ferryhq/ferry/platform/pgstore"
 	"github.com/ferryhq/ferry/platform/projection"
@@ -369,5 +370,65 @@ func TestSharedKilledMidStream(t *testing.T) {
 	})
 	for _, n := range names {
 		f.exactlyOnce(n, all)
+	}
+}
+
+// TestSharedDecodesOnce: two projections of a Shared reader that decode
+// with projection.Decode get the same decoded event (its tags slice is one
+// array), while a projection of its own decodes its own copy.
+func TestSharedDecodesOnce(t *testing.T) {
+	f := newFixture(t)
+	var recs [][2]string
+	for i := range 20 {
+		id := fmt.Sprintf("job_%02d", i)
+		rec, err := schema.NewRecord(f.topic, "ferry/api", schema.Enqueued{
+			JobRef:    schema.JobRef{JobID: id, TenantID: "acme", Attempt: 1},
+			Job:       schema.JobSpec{Type: "noop", Queue: "default", Priority: 5, MaxAttempts: 1, Pool: schema.PoolShort, Tags: []string{"t"}},
+			CreatedAt: time.Now().UTC(), RunAt: time.Now().UTC(), Reason: schema.ReasonSubmitted,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := f.client().ProduceSync(context.Background(), rec).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+		recs = append(recs, [2]string{id, ""})
+	}
+	// tagsOf records, per projection, where each job's decoded tags live.
+	var mu sync.Mutex
+	tagsOf := map[string]map[string]*string{}
+	decoding := func(name string) projection.ApplyFunc {
+		return func(ctx context.Context, _ pgx.Tx, batch []*kgo.Record) error {
+			mu.Lock()
+			defer mu.Unlock()
+			if tagsOf[name] == nil {
+				tagsOf[name] = map[string]*string{}
+			}
+			for _, r := range batch {
+				ev, err := projection.Decode(ctx, r)
+				if err != nil {
+					return err
+				}
+				tagsOf[name][ev.Subject] = &ev.Data.(schema.Enqueued).Job.Tags[0]
+			}
+			return nil
+		}
+	}
+	runShared(t, f.pool, f.brokers, f.topic, sharedMember{"one", decoding("one")}, sharedMember{"two", decoding("two")})
+	f.runSeparate("own", decoding("own"))
+	seen := func(name string) int { mu.Lock(); defer mu.Unlock(); return len(tagsOf[name]) }
+	waitFor(t, 60*time.Second, "every event decoded by the three projections", func() bool {
+		return seen("one") == len(recs) && seen("two") == len(recs) && seen("own") == len(recs)
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	for _, r := range recs {
+		id := r[0]
+		if tagsOf["one"][id] != tagsOf["two"][id] {
+			t.Fatalf("%s decoded twice by the shared reader's projections", id)
+		}
+		if tagsOf["own"][id] == tagsOf["one"][id] {
+			t.Fatalf("%s: a projection of its own shares the shared reader's event", id)
+		}
 	}
 }
