@@ -432,3 +432,46 @@ func TestSharedDecodesOnce(t *testing.T) {
 		}
 	}
 }
+
+// TestSharedReplicasRebalance: two processes' Shared readers in one group
+// (two all-in-one replicas) while records stream in: one stops, then comes
+// back, so partitions move both ways while batches are in hand (each
+// projection's transactions are slowed); every record is applied exactly
+// once in every projection.
+func TestSharedReplicasRebalance(t *testing.T) {
+	f := newFixture(t)
+	f.createTables("p", "q")
+	slow := func(name string) projection.ApplyFunc {
+		apply := tableApply(name, false)
+		return func(ctx context.Context, tx pgx.Tx, recs []*kgo.Record) error {
+			time.Sleep(20 * time.Millisecond)
+			return apply(ctx, tx, recs)
+		}
+	}
+	members := []sharedMember{{"p", slow("p")}, {"q", slow("q")}}
+	var all [][2]string
+	produce := func(round int) {
+		kvs := keys(fmt.Sprintf("r%02d", round), 100)
+		all = append(all, kvs...)
+		f.produce(kvs...)
+	}
+	stopA := runShared(t, f.pool, f.brokers, f.topic, members...)
+	runShared(t, f.pool, f.brokers, f.topic, members...)
+	for round := range 6 {
+		produce(round)
+	}
+	waitFor(t, 60*time.Second, "the first records applied", func() bool { return len(f.table("p")) > 0 })
+	stopA() // its partitions move to B
+	for round := 6; round < 12; round++ {
+		produce(round)
+	}
+	runShared(t, f.pool, f.brokers, f.topic, members...) // and some move back
+	for round := 12; round < 18; round++ {
+		produce(round)
+	}
+	waitFor(t, 120*time.Second, "every record in p and q", func() bool {
+		return len(f.table("p")) == len(all) && len(f.table("q")) == len(all)
+	})
+	f.exactlyOnce("p", all)
+	f.exactlyOnce("q", all)
+}
