@@ -348,7 +348,7 @@ func TestSharedKilledMidStream(t *testing.T) {
 			f.produce(kvs...)
 		}
 	}
-	produceRounds(0, 25)
+	produceRounds(0, 12)
 	child := f.startSharedChild(pgURL, names...)
 	waitFor(t, 120*time.Second, "the first records applied", func() bool { return len(f.table("x")) > 0 })
 	if err := child.Process.Signal(syscall.SIGKILL); err != nil {
@@ -358,7 +358,7 @@ func TestSharedKilledMidStream(t *testing.T) {
 	if applied := len(f.table("x")); applied >= len(all) {
 		t.Fatalf("the kill did not land mid-stream: %d of %d applied", applied, len(all))
 	}
-	produceRounds(25, 30)
+	produceRounds(12, 15)
 	f.startSharedChild(pgURL, names...)
 	waitFor(t, 120*time.Second, "every record in every projection", func() bool {
 		for _, n := range names {
