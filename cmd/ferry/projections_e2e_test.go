@@ -117,7 +117,7 @@ func (e *e2e) waitOffsetsAtEnd() {
 			if err != nil {
 				return err
 			}
-			stored, err := e.storedOffsets(g)
+			stored, err := projection.StoredOffsets(context.Background(), e.stack.Deps.Postgres, g)
 			if err != nil {
 				return err
 			}
@@ -133,29 +133,6 @@ func (e *e2e) waitOffsetsAtEnd() {
 		}
 		return nil
 	})
-}
-
-func (e *e2e) storedOffsets(group string) (map[string]map[int32]int64, error) {
-	rows, err := e.stack.Deps.Postgres.Query(context.Background(),
-		`SELECT topic, partition, next_offset FROM ferry_offsets WHERE consumer_group = $1`, group)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	out := map[string]map[int32]int64{}
-	for rows.Next() {
-		var topic string
-		var p int32
-		var o int64
-		if err := rows.Scan(&topic, &p, &o); err != nil {
-			return nil, err
-		}
-		if out[topic] == nil {
-			out[topic] = map[int32]int64{}
-		}
-		out[topic][p] = o
-	}
-	return out, rows.Err()
 }
 
 // auditedOnce fails unless the audit log holds each lifecycle event of job

@@ -160,7 +160,7 @@ func watch(ctx context.Context, pool *pgxpool.Pool, cl *kgo.Client, cfg Config, 
 	var bg sync.WaitGroup
 	bg.Go(func() {
 		kafkax.WatchLag(ctx, cl, cfg.Group, cfg.Topics, func(ctx context.Context) (map[string]map[int32]int64, error) {
-			return loadOffsets(ctx, pool, cfg.Group)
+			return StoredOffsets(ctx, pool, cfg.Group)
 		})
 	})
 	bg.Go(func() {
@@ -268,7 +268,7 @@ func saveOffsets(ctx context.Context, tx pgx.Tx, group string, recs []*kgo.Recor
 // storedOffsets replaces the offsets Kafka would resume from with the ones
 // stored with the rows; partitions never projected start at the beginning.
 func storedOffsets(ctx context.Context, pool *pgxpool.Pool, group string, assigned map[string]map[int32]kgo.Offset) (map[string]map[int32]kgo.Offset, error) {
-	stored, err := loadOffsets(ctx, pool, group)
+	stored, err := StoredOffsets(ctx, pool, group)
 	if err != nil {
 		return nil, err
 	}
@@ -286,8 +286,9 @@ func storedOffsets(ctx context.Context, pool *pgxpool.Pool, group string, assign
 	return out, nil
 }
 
-// loadOffsets reads the group's stored next offsets by topic and partition.
-func loadOffsets(ctx context.Context, pool *pgxpool.Pool, group string) (map[string]map[int32]int64, error) {
+// StoredOffsets reads the next offsets group stored with its rows, by topic
+// and partition: where it resumes, and what its lag is measured from.
+func StoredOffsets(ctx context.Context, pool *pgxpool.Pool, group string) (map[string]map[int32]int64, error) {
 	rows, err := pool.Query(ctx, `SELECT topic, partition, next_offset FROM ferry_offsets WHERE consumer_group = $1`, group)
 	if err != nil {
 		return nil, fmt.Errorf("projection: load offsets: %w", err)

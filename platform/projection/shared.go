@@ -308,7 +308,7 @@ func (r *reader) project(ctx context.Context, m *member) {
 func (r *reader) seek(ctx context.Context, assigned map[string]map[int32]kgo.Offset) (map[string]map[int32]kgo.Offset, error) {
 	stored := make([]map[string]map[int32]int64, len(r.members))
 	for i, m := range r.members {
-		s, err := loadOffsets(ctx, r.pool, m.group)
+		s, err := StoredOffsets(ctx, r.pool, m.group)
 		if err != nil {
 			return nil, err
 		}

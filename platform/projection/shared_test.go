@@ -146,25 +146,7 @@ func runShared(t *testing.T, pool *pgxpool.Pool, brokers, topic string, members 
 
 // runSeparate runs name's projection with its own Run.
 func (f *fixture) runSeparate(name string, apply projection.ApplyFunc) (stop func()) {
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- projection.Run(ctx, f.pool, projection.Config{
-			Group: projGroup(name), Topics: []string{f.topic}, Kafka: kafkax.Config{Brokers: []string{f.brokers}, ClientID: "proj"},
-			MaxBatch: 40, FetchMaxWait: 10 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		}, apply)
-	}()
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			cancel()
-			if err := <-done; err != nil {
-				f.t.Errorf("projection.Run: %v", err)
-			}
-		})
-	}
-	f.t.Cleanup(stop)
-	return stop
+	return f.runGroup(projGroup(name), 40, apply)
 }
 
 // keys returns n pairs named prefix-0000…
