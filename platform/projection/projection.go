@@ -112,11 +112,7 @@ func Run(ctx context.Context, pool *pgxpool.Pool, cfg Config, apply ApplyFunc) e
 			cl.AllowRebalance()
 			return nil
 		}
-		fetches.EachError(func(topic string, p int32, err error) {
-			if !errors.Is(err, context.Canceled) {
-				log.Warn("projection fetch error", "group", cfg.Group, "topic", topic, "partition", p, "err", err)
-			}
-		})
+		logFetchErrors(fetches, cfg.Group, log)
 		recs := fetches.Records()
 		if len(recs) > 0 {
 			spans := tr.start(recs)
@@ -129,6 +125,15 @@ func Run(ctx context.Context, pool *pgxpool.Pool, cfg Config, apply ApplyFunc) e
 		}
 		cl.AllowRebalance()
 	}
+}
+
+// logFetchErrors logs the fetch errors of a poll but ctx's cancellation.
+func logFetchErrors(fetches kgo.Fetches, group string, log *slog.Logger) {
+	fetches.EachError(func(topic string, p int32, err error) {
+		if !errors.Is(err, context.Canceled) {
+			log.Warn("projection fetch error", "group", group, "topic", topic, "partition", p, "err", err)
+		}
+	})
 }
 
 // withDefaults fills cfg's unset MaxBatch and Logger.

@@ -121,11 +121,15 @@ func (s *Shared) wait(ctx context.Context) error {
 // Run reads for every added projection until ctx is done. It returns only
 // on ctx cancellation or a setup error.
 func (s *Shared) Run(ctx context.Context) (err error) {
-	defer func() { s.err = err; close(s.stopped) }()
 	s.mu.Lock()
+	if s.started {
+		s.mu.Unlock()
+		return errors.New("projection: the shared reader runs once")
+	}
 	s.started = true
 	members := s.members
 	s.mu.Unlock()
+	defer func() { s.err = err; close(s.stopped) }()
 	if len(members) == 0 {
 		<-ctx.Done()
 		return nil
@@ -194,6 +198,8 @@ type reader struct {
 	pending pending
 }
 
+// run polls and hands out records until ctx is done, with each member's
+// applying goroutine and watchers beside it.
 func (r *reader) run(ctx context.Context) error {
 	cl, err := kafkax.NewClient(r.cfg.Kafka, r.clientOpts(ctx)...)
 	if err != nil {
@@ -217,11 +223,7 @@ func (r *reader) run(ctx context.Context) error {
 			cl.AllowRebalance()
 			return nil
 		}
-		fetches.EachError(func(topic string, p int32, err error) {
-			if !errors.Is(err, context.Canceled) {
-				r.cfg.Logger.Warn("projection fetch error", "group", r.cfg.Group, "topic", topic, "partition", p, "err", err)
-			}
-		})
+		logFetchErrors(fetches, r.cfg.Group, r.cfg.Logger)
 		r.hand(ctx, fetches.Records())
 		cl.AllowRebalance()
 	}
