@@ -17,7 +17,8 @@ import (
 // read it, never change it in place (copy a slice, map or pointed-to
 // field before changing it).
 func Decode(ctx context.Context, rec *kgo.Record) (schema.Event, error) {
-	if ds, ok := ctx.Value(decodesKey{}).(*decodes); ok && ds != nil {
+	polls, _ := ctx.Value(decodesKey{}).([]*decodes)
+	for _, ds := range polls {
 		if i, ok := ds.index[rec]; ok {
 			d := &ds.events[i]
 			d.once.Do(func() { d.ev, d.err = schema.Decode(rec) })
@@ -51,7 +52,8 @@ func newDecodes(recs []*kgo.Record) *decodes {
 	return ds
 }
 
-// with returns ctx carrying ds for Decode.
-func (ds *decodes) with(ctx context.Context) context.Context {
-	return context.WithValue(ctx, decodesKey{}, ds)
+// withDecodes returns ctx carrying the decoded events of the polls a batch
+// came from, for Decode.
+func withDecodes(ctx context.Context, polls []*decodes) context.Context {
+	return context.WithValue(ctx, decodesKey{}, polls)
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -182,11 +183,12 @@ func (m *member) take(recs []*kgo.Record) []*kgo.Record {
 	return out
 }
 
-// batch is what a member is handed: records of one poll, with the poll's
-// events decoded once for all members (Decode).
+// batch is what a member applies in one transaction: records with the
+// events of the polls they came from, decoded once for all members
+// (Decode).
 type batch struct {
-	recs    []*kgo.Record
-	decodes *decodes
+	recs  []*kgo.Record
+	polls []*decodes
 }
 
 // reader is a running Shared reader.
@@ -268,7 +270,7 @@ func (r *reader) hand(ctx context.Context, recs []*kgo.Record) {
 			n := min(len(mine), m.cfg.MaxBatch)
 			r.pending.add()
 			select {
-			case m.in <- batch{mine[:n:n], ds}:
+			case m.in <- batch{mine[:n:n], []*decodes{ds}}:
 			case <-ctx.Done():
 				r.pending.done()
 				return
@@ -278,26 +280,69 @@ func (r *reader) hand(ctx context.Context, recs []*kgo.Record) {
 	}
 }
 
-// project applies m's batches until ctx is done.
+// project applies m's batches until ctx is done. The batches that waited
+// in m's buffer are applied together, up to m's MaxBatch, as Run applies
+// all its client fetched while it applied the last batch: fewer, larger
+// transactions, with more of a job's events folded into one row write.
 func (r *reader) project(ctx context.Context, m *member) {
 	settler := newSettler(r.pool, m.group, m.apply, m.cfg.Logger)
 	tr := newTracer(m.group)
+	var next *batch // handed, not applied: it did not fit the last transaction
+	for {
+		if next == nil {
+			select {
+			case <-ctx.Done():
+				r.drop(m)
+				return
+			case b := <-m.in:
+				next = &b
+			}
+		} else if ctx.Err() != nil {
+			r.pending.done()
+			r.drop(m)
+			return
+		}
+		b, n, rest := m.gather(*next)
+		next = rest
+		spans := tr.start(b.recs)
+		err := settler.Settle(withDecodes(ctx, b.polls), b.recs)
+		tr.end(spans, err)
+		for range n {
+			r.pending.done()
+		}
+	}
+}
+
+// gather appends to b the batches waiting in m's buffer while they fit in
+// m's MaxBatch. It returns b, how many handed batches it holds, and the
+// first batch that did not fit, if any.
+func (m *member) gather(b batch) (batch, int, *batch) {
+	n := 1
+	for len(b.recs) < m.cfg.MaxBatch {
+		select {
+		case more := <-m.in:
+			if len(b.recs)+len(more.recs) > m.cfg.MaxBatch {
+				return b, n, &more
+			}
+			b.recs = append(slices.Clip(b.recs), more.recs...)
+			b.polls = append(slices.Clip(b.polls), more.polls...)
+			n++
+		default:
+			return b, n, nil
+		}
+	}
+	return b, n, nil
+}
+
+// drop forgets the batches left in m's buffer when the reader stops: they
+// are read again, from the stored offsets, by the group's next owner.
+func (r *reader) drop(m *member) {
 	for {
 		select {
-		case <-ctx.Done():
-			for {
-				select {
-				case <-m.in:
-					r.pending.done()
-				default:
-					return
-				}
-			}
-		case b := <-m.in:
-			spans := tr.start(b.recs)
-			err := settler.Settle(b.decodes.with(ctx), b.recs)
-			tr.end(spans, err)
+		case <-m.in:
 			r.pending.done()
+		default:
+			return
 		}
 	}
 }

@@ -457,3 +457,44 @@ func TestSharedReplicasRebalance(t *testing.T) {
 	f.exactlyOnce("p", all)
 	f.exactlyOnce("q", all)
 }
+
+// TestSharedGathersWaitingBatches: batches that waited in a projection's
+// buffer while it applied are applied together in its next transaction
+// (up to its MaxBatch), as a projection's own Run applies everything its
+// client fetched meanwhile.
+func TestSharedGathersWaitingBatches(t *testing.T) {
+	f := newFixture(t)
+	f.createTables("busy", "other")
+	release := make(chan struct{})
+	var mu sync.Mutex
+	var calls []int // records per apply call of busy
+	busy := func(ctx context.Context, tx pgx.Tx, recs []*kgo.Record) error {
+		mu.Lock()
+		first := len(calls) == 0
+		calls = append(calls, len(recs))
+		mu.Unlock()
+		if first {
+			<-release
+		}
+		return tableApply("busy", false)(ctx, tx, recs)
+	}
+	runShared(t, f.pool, f.brokers, f.topic, sharedMember{"busy", busy}, sharedMember{"other", tableApply("other", false)})
+	var all [][2]string
+	for round := range 4 {
+		kvs := keys(fmt.Sprintf("round%d", round), 8)
+		all = append(all, kvs...)
+		f.produce(kvs...)
+		// Each round is handed out on its own: the other projection has it.
+		waitFor(t, 60*time.Second, "the other projection to apply the round", func() bool { return len(f.table("other")) == len(all) })
+	}
+	close(release)
+	waitFor(t, 60*time.Second, "the busy projection to catch up", func() bool { return len(f.table("busy")) == len(all) })
+	f.exactlyOnce("busy", all)
+	mu.Lock()
+	defer mu.Unlock()
+	// The first call holds the first round (or the part of it polled
+	// first); the second everything that waited.
+	if len(calls) != 2 || calls[0]+calls[1] != len(all) || calls[1] < 24 {
+		t.Fatalf("the busy projection applied batches of %v records, want the first round then the 24+ that waited", calls)
+	}
+}
