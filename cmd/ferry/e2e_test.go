@@ -33,6 +33,8 @@ type e2e struct {
 	brokers string
 	stack   *stack.Stack
 	loader  *config.Loader
+	// stop stops the stack and waits for it (also at the test's end).
+	stop func()
 }
 
 // startStack runs every service against a fresh database, Redis database
@@ -72,17 +74,21 @@ func startStack(t *testing.T, env map[string]string) *e2e {
 		cancel()
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		cancel()
-		if err := st.Wait(); err != nil {
-			t.Errorf("stack stopped with: %v", err)
-		}
-	})
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			if err := st.Wait(); err != nil {
+				t.Errorf("stack stopped with: %v", err)
+			}
+		})
+	}
+	t.Cleanup(stop)
 	key, _ := auth.NewKey()
 	if err := auth.EnsureTenant(ctx, st.Deps.Postgres, "acme", "Acme", key); err != nil {
 		t.Fatal(err)
 	}
-	return &e2e{t: t, base: "http://" + st.Addr, key: key, brokers: vars["FERRY_KAFKA_BROKERS"], stack: st, loader: l}
+	return &e2e{t: t, base: "http://" + st.Addr, key: key, brokers: vars["FERRY_KAFKA_BROKERS"], stack: st, loader: l, stop: stop}
 }
 
 func (e *e2e) call(method, path string, body any, headers ...string) (int, map[string]any) {

@@ -76,6 +76,10 @@ func (l *Loader) List(name string) []string {
 	return out
 }
 
+// Bool returns name as true/false (1/0, yes/no, on/off); anything else is
+// an error in Err.
+func (l *Loader) Bool(name string) bool { return kafkaBool(l, name) }
+
 // Int returns name as an integer.
 func (l *Loader) Int(name string) int {
 	s := l.Raw(name)

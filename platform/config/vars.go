@@ -141,6 +141,9 @@ var Vars = []Var{
 	// The built-in worker of `ferry dev` (worker.BuildPools).
 	{"FERRY_DEV_WORKER_POOLS", "short,long", "Pools the built-in worker of `ferry dev` serves, comma-separated, or `none`. Leave a pool out to make a worker of your own its only worker (see examples/)."},
 
+	// The all-in-one process (cmd/ferry's stack): its projections' reader.
+	{"FERRY_DEV_SHARED_PROJECTIONS", "true", "One Kafka reader (consumer group ferry-projections) feeds every Postgres projection of the all-in-one process (api status, dlq, audit, webhooks), each still storing its own offsets; false gives each its own consumer group, as separate services have."},
+
 	// worker: async http jobs (callbacks to the api).
 	{"FERRY_CALLBACK_URL", "", "The api's base URL as the receivers of async http jobs reach it; their requests carry <it>/v1/jobs/<id>/callback. `ferry dev` defaults to its own address. Unset: async http jobs fail permanent."},
 	{"FERRY_HTTP_ASYNC_LEASE", "5m", "Lease of an async http job whose payload sets none: how long its receiver may go between two reports (1s to 24h)."},

@@ -83,28 +83,18 @@ type Config struct {
 // group's records an operator retries. Run returns only on ctx
 // cancellation or a setup error.
 func Run(ctx context.Context, pool *pgxpool.Pool, cfg Config, apply ApplyFunc) error {
-	if cfg.MaxBatch <= 0 {
-		cfg.MaxBatch = 2000
-	}
-	if cfg.FetchMinBytes <= 0 {
-		cfg.FetchMinBytes = 256 << 10
-	}
-	if cfg.FetchMaxWait <= 0 {
-		cfg.FetchMaxWait = 50 * time.Millisecond
-	}
+	cfg = withDefaults(cfg)
 	log := cfg.Logger
-	if log == nil {
-		log = slog.Default()
-	}
+	minBytes, maxWait := fetchDefaults(cfg.FetchMinBytes, cfg.FetchMaxWait)
 	opts := append(kafkax.Group(cfg.Group, cfg.Topics...),
 		kgo.BlockRebalanceOnPoll(),
-		kgo.FetchMinBytes(cfg.FetchMinBytes),
-		kgo.FetchMaxWait(cfg.FetchMaxWait),
+		kgo.FetchMinBytes(minBytes),
+		kgo.FetchMaxWait(maxWait),
 		kgo.AdjustFetchOffsetsFn(func(ctx context.Context, assigned map[string]map[int32]kgo.Offset) (map[string]map[int32]kgo.Offset, error) {
 			return storedOffsets(ctx, pool, cfg.Group, assigned)
 		}),
 	)
-	opts = append(opts, rebalanceLogs(cfg.Group, log)...)
+	opts = append(opts, rebalanceLogs(cfg.Group, log, nil)...)
 	cl, err := kafkax.NewClient(cfg.Kafka, opts...)
 	if err != nil {
 		return err
@@ -112,19 +102,7 @@ func Run(ctx context.Context, pool *pgxpool.Pool, cfg Config, apply ApplyFunc) e
 	defer cl.Close()
 	bgCtx, stopBg := context.WithCancel(ctx)
 	var bg sync.WaitGroup
-	bg.Add(2)
-	go func() {
-		defer bg.Done()
-		kafkax.WatchLag(bgCtx, cl, cfg.Group, cfg.Topics, func(ctx context.Context) (map[string]map[int32]int64, error) {
-			return loadOffsets(ctx, pool, cfg.Group)
-		})
-	}()
-	go func() {
-		defer bg.Done()
-		quarantine.Watch(bgCtx, pool, cfg.Group, func(ctx context.Context, tx pgx.Tx, rec *kgo.Record) error {
-			return apply(ctx, tx, []*kgo.Record{rec})
-		}, log)
-	}()
+	bg.Go(func() { watch(bgCtx, pool, cl, cfg, apply) })
 	defer func() { stopBg(); bg.Wait() }()
 	settler := newSettler(pool, cfg.Group, apply, log)
 	tr := newTracer(cfg.Group)
@@ -134,11 +112,7 @@ func Run(ctx context.Context, pool *pgxpool.Pool, cfg Config, apply ApplyFunc) e
 			cl.AllowRebalance()
 			return nil
 		}
-		fetches.EachError(func(topic string, p int32, err error) {
-			if !errors.Is(err, context.Canceled) {
-				log.Warn("projection fetch error", "group", cfg.Group, "topic", topic, "partition", p, "err", err)
-			}
-		})
+		logFetchErrors(fetches, cfg.Group, log)
 		recs := fetches.Records()
 		if len(recs) > 0 {
 			spans := tr.start(recs)
@@ -153,12 +127,63 @@ func Run(ctx context.Context, pool *pgxpool.Pool, cfg Config, apply ApplyFunc) e
 	}
 }
 
+// logFetchErrors logs the fetch errors of a poll but ctx's cancellation.
+func logFetchErrors(fetches kgo.Fetches, group string, log *slog.Logger) {
+	fetches.EachError(func(topic string, p int32, err error) {
+		if !errors.Is(err, context.Canceled) {
+			log.Warn("projection fetch error", "group", group, "topic", topic, "partition", p, "err", err)
+		}
+	})
+}
+
+// withDefaults fills cfg's unset MaxBatch and Logger.
+func withDefaults(cfg Config) Config {
+	if cfg.MaxBatch <= 0 {
+		cfg.MaxBatch = 2000
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return cfg
+}
+
+// fetchDefaults fills unset fetch settings (Config.FetchMinBytes).
+func fetchDefaults(minBytes int32, maxWait time.Duration) (int32, time.Duration) {
+	if minBytes <= 0 {
+		minBytes = 256 << 10
+	}
+	if maxWait <= 0 {
+		maxWait = 50 * time.Millisecond
+	}
+	return minBytes, maxWait
+}
+
+// watch runs, until ctx is done, what goes beside a projection's consumer:
+// its lag gauge (measured with cl, from its stored offsets) and
+// quarantine.Watch, which re-applies the records an operator retries.
+func watch(ctx context.Context, pool *pgxpool.Pool, cl *kgo.Client, cfg Config, apply ApplyFunc) {
+	var bg sync.WaitGroup
+	bg.Go(func() {
+		kafkax.WatchLag(ctx, cl, cfg.Group, cfg.Topics, func(ctx context.Context) (map[string]map[int32]int64, error) {
+			return StoredOffsets(ctx, pool, cfg.Group)
+		})
+	})
+	bg.Go(func() {
+		quarantine.Watch(ctx, pool, cfg.Group, func(ctx context.Context, tx pgx.Tx, rec *kgo.Record) error {
+			return apply(ctx, tx, []*kgo.Record{rec})
+		}, cfg.Logger)
+	})
+	bg.Wait()
+}
+
 // rebalanceLogs log the partitions the projection gives up: revoked in a
 // rebalance (info) or lost with its group session (warning: they are not
 // projected by this replica until it rejoins, and then resume from the
 // offsets in Postgres). Assignment is not hooked: with BlockRebalanceOnPoll
 // an assignment callback would make new partitions wait for the poll.
-func rebalanceLogs(group string, log *slog.Logger) []kgo.Opt {
+// settle, when set, runs first in both callbacks (a Shared reader waits
+// there until the batches it handed out are applied).
+func rebalanceLogs(group string, log *slog.Logger, settle func()) []kgo.Opt {
 	count := func(ps map[string][]int32) int {
 		n := 0
 		for _, p := range ps {
@@ -168,11 +193,17 @@ func rebalanceLogs(group string, log *slog.Logger) []kgo.Opt {
 	}
 	return []kgo.Opt{
 		kgo.OnPartitionsRevoked(func(_ context.Context, _ *kgo.Client, ps map[string][]int32) {
+			if settle != nil {
+				settle()
+			}
 			if n := count(ps); n > 0 {
 				log.Info("projection partitions revoked", "group", group, "partitions", n)
 			}
 		}),
 		kgo.OnPartitionsLost(func(_ context.Context, _ *kgo.Client, ps map[string][]int32) {
+			if settle != nil {
+				settle()
+			}
 			if n := count(ps); n > 0 {
 				log.Warn("projection partitions lost with the group session; they resume from the stored offsets after the rejoin",
 					"group", group, "partitions", n)
@@ -242,7 +273,7 @@ func saveOffsets(ctx context.Context, tx pgx.Tx, group string, recs []*kgo.Recor
 // storedOffsets replaces the offsets Kafka would resume from with the ones
 // stored with the rows; partitions never projected start at the beginning.
 func storedOffsets(ctx context.Context, pool *pgxpool.Pool, group string, assigned map[string]map[int32]kgo.Offset) (map[string]map[int32]kgo.Offset, error) {
-	stored, err := loadOffsets(ctx, pool, group)
+	stored, err := StoredOffsets(ctx, pool, group)
 	if err != nil {
 		return nil, err
 	}
@@ -260,8 +291,9 @@ func storedOffsets(ctx context.Context, pool *pgxpool.Pool, group string, assign
 	return out, nil
 }
 
-// loadOffsets reads the group's stored next offsets by topic and partition.
-func loadOffsets(ctx context.Context, pool *pgxpool.Pool, group string) (map[string]map[int32]int64, error) {
+// StoredOffsets reads the next offsets group stored with its rows, by topic
+// and partition: where it resumes, and what its lag is measured from.
+func StoredOffsets(ctx context.Context, pool *pgxpool.Pool, group string) (map[string]map[int32]int64, error) {
 	rows, err := pool.Query(ctx, `SELECT topic, partition, next_offset FROM ferry_offsets WHERE consumer_group = $1`, group)
 	if err != nil {
 		return nil, fmt.Errorf("projection: load offsets: %w", err)

@@ -26,6 +26,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if raw := os.Getenv(sharedChildEnv); raw != "" {
+		os.Exit(sharedChild(raw))
+	}
 	quarantine.WatchInterval = 100 * time.Millisecond
 	os.Exit(m.Run())
 }
@@ -93,12 +96,18 @@ func (f *fixture) apply(ctx context.Context, tx pgx.Tx, recs []*kgo.Record) erro
 
 // run runs the projection with apply until the returned stop is called.
 func (f *fixture) run(apply projection.ApplyFunc) (stop func()) {
+	return f.runGroup(group, 0, apply)
+}
+
+// runGroup runs a projection of group (maxBatch 0: the default) with apply
+// until the returned stop is called.
+func (f *fixture) runGroup(group string, maxBatch int, apply projection.ApplyFunc) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
 		done <- projection.Run(ctx, f.pool, projection.Config{
 			Group: group, Topics: []string{f.topic}, Kafka: kafkax.Config{Brokers: []string{f.brokers}, ClientID: "proj"},
-			FetchMaxWait: 10 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+			MaxBatch: maxBatch, FetchMaxWait: 10 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		}, apply)
 	}()
 	var once sync.Once

@@ -65,6 +65,10 @@ type Deps struct {
 	Kafka *kgo.Client
 	// Keys resolves API keys (needs Postgres).
 	Keys *auth.KeyStore
+	// Projections, when set, is the one Kafka reader of the process's
+	// projections (the all-in-one process: cmd/ferry's stack); nil gives
+	// each projection its own (see Projection).
+	Projections *projection.Shared
 
 	closers []func()
 }
@@ -116,6 +120,18 @@ func Open(ctx context.Context, c config.Common, logger *slog.Logger, needs Needs
 func (d *Deps) KafkaConfig(clientID string) kafkax.Config {
 	return kafkax.Config{Brokers: d.Common.KafkaBrokers, ClientID: "ferry-" + clientID, Linger: d.Common.KafkaLinger,
 		Security: d.Common.KafkaSecurity}
+}
+
+// Projection returns what runs the projection cfg with apply: its own
+// consumer (projection.Run with d's Postgres and cfg.Kafka), or its place
+// in the process's shared reader (Projections, which takes it before it
+// starts: call Projection when the service is built, run the result in its
+// Run).
+func (d *Deps) Projection(cfg projection.Config, apply projection.ApplyFunc) (func(context.Context) error, error) {
+	if d.Projections != nil {
+		return d.Projections.Add(cfg, apply)
+	}
+	return func(ctx context.Context) error { return projection.Run(ctx, d.Postgres, cfg, apply) }, nil
 }
 
 // KafkaConnectTimeout bounds how long a starting service waits for a Kafka

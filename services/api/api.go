@@ -352,6 +352,8 @@ type Service struct {
 	// schedules is the schedules table (schedules.go, schedule_fire.go).
 	schedules *schedules.Store
 	workers   *workers.Table // workers.go
+	// project runs the status projection (deps.Projection).
+	project func(context.Context) error
 }
 
 var _ service.Component = (*Service)(nil)
@@ -392,6 +394,15 @@ func New(ctx context.Context, deps *service.Deps, cfg Config) (*Service, error) 
 		return nil, err
 	}
 	if s.schedules, err = schedules.New(ctx, deps.Postgres); err != nil {
+		return nil, fmt.Errorf("api: %w", err)
+	}
+	if s.project, err = deps.Projection(projection.Config{
+		Group:    "ferry-api-status",
+		Topics:   deps.Topics.LifecycleTopics(),
+		Kafka:    deps.KafkaConfig("api-status"),
+		MaxBatch: cfg.ProjectionBatch,
+		Logger:   log,
+	}, st.Apply); err != nil {
 		return nil, fmt.Errorf("api: %w", err)
 	}
 	return s, nil
@@ -455,11 +466,5 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	loops.Go(func() { s.followWorkers(ctx) }) // workers.go
 	defer func() { cancel(); loops.Wait() }()
-	return projection.Run(ctx, s.deps.Postgres, projection.Config{
-		Group:    "ferry-api-status",
-		Topics:   s.deps.Topics.LifecycleTopics(),
-		Kafka:    s.deps.KafkaConfig("api-status"),
-		MaxBatch: s.cfg.ProjectionBatch,
-		Logger:   s.log,
-	}, s.store.Apply)
+	return s.project(ctx)
 }

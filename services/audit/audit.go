@@ -150,6 +150,8 @@ type Service struct {
 	store *store.Store
 	// exports counts each tenant's exports in progress (export.go).
 	exports *exportSlots
+	// project runs the audit projection (deps.Projection).
+	project func(context.Context) error
 }
 
 var _ service.Component = (*Service)(nil)
@@ -175,6 +177,16 @@ func New(ctx context.Context, deps *service.Deps, cfg Config) (*Service, error) 
 		// without DDL rights is told what to do by Maintain, in Run.
 		log.Error("audit: creating partitions", "err", err)
 	}
+	var err error
+	if s.project, err = deps.Projection(projection.Config{
+		Group:    ProjectionGroup,
+		Topics:   append(deps.Topics.LifecycleTopics(), deps.Topics.Breakers(), deps.Topics.Changes()),
+		Kafka:    deps.KafkaConfig("audit"),
+		MaxBatch: cfg.ProjectionBatch,
+		Logger:   log,
+	}, s.store.Apply); err != nil {
+		return nil, fmt.Errorf("audit: %w", err)
+	}
 	return s, nil
 }
 
@@ -196,15 +208,7 @@ func (s *Service) Routes(r chi.Router) {
 func (s *Service) Run(ctx context.Context) error {
 	defer s.registerRunwayGauges()()
 	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error {
-		return projection.Run(gctx, s.deps.Postgres, projection.Config{
-			Group:    ProjectionGroup,
-			Topics:   append(s.deps.Topics.LifecycleTopics(), s.deps.Topics.Breakers(), s.deps.Topics.Changes()),
-			Kafka:    s.deps.KafkaConfig("audit"),
-			MaxBatch: s.cfg.ProjectionBatch,
-			Logger:   s.log,
-		}, s.store.Apply)
-	})
+	g.Go(func() error { return s.project(gctx) })
 	g.Go(func() error { service.Every(gctx, s.cfg.MaintenanceInterval, s.Maintain); return nil })
 	return g.Wait()
 }

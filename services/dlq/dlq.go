@@ -155,6 +155,8 @@ type Service struct {
 	// batch is the bulk batch size: BulkBatch, but never more than one
 	// second's worth of RedriveRate, so no batch exceeds the rate.
 	batch int
+	// project runs the dead-letter projection (deps.Projection).
+	project func(context.Context) error
 }
 
 var _ service.Component = (*Service)(nil)
@@ -173,7 +175,7 @@ func New(ctx context.Context, deps *service.Deps, cfg Config) (*Service, error) 
 	if err := store.Migrate(ctx, deps.Postgres); err != nil {
 		return nil, fmt.Errorf("dlq: %w", err)
 	}
-	return &Service{
+	s := &Service{
 		deps:  deps,
 		cfg:   cfg,
 		log:   log,
@@ -183,7 +185,18 @@ func New(ctx context.Context, deps *service.Deps, cfg Config) (*Service, error) 
 		// The burst is one batch, so a batch waits for its whole budget.
 		limiter: rate.NewLimiter(rate.Limit(cfg.RedriveRate), min(cfg.BulkBatch, cfg.RedriveRate)),
 		batch:   min(cfg.BulkBatch, cfg.RedriveRate),
-	}, nil
+	}
+	var err error
+	if s.project, err = deps.Projection(projection.Config{
+		Group:    "ferry-dlq-entries",
+		Topics:   []string{deps.Topics.Lifecycle(schema.EventDLQ), deps.Topics.Lifecycle(schema.EventEnqueued)},
+		Kafka:    deps.KafkaConfig("dlq-entries"),
+		MaxBatch: cfg.ProjectionBatch,
+		Logger:   log,
+	}, s.store.Apply); err != nil {
+		return nil, fmt.Errorf("dlq: %w", err)
+	}
+	return s, nil
 }
 
 // Routes registers the service's routes with their full paths.
@@ -203,15 +216,7 @@ func (s *Service) Routes(r chi.Router) {
 // Run runs the projection and the retention loop until ctx is done.
 func (s *Service) Run(ctx context.Context) error {
 	g, ctx := errgroup.WithContext(ctx)
-	g.Go(func() error {
-		return projection.Run(ctx, s.deps.Postgres, projection.Config{
-			Group:    "ferry-dlq-entries",
-			Topics:   []string{s.deps.Topics.Lifecycle(schema.EventDLQ), s.deps.Topics.Lifecycle(schema.EventEnqueued)},
-			Kafka:    s.deps.KafkaConfig("dlq-entries"),
-			MaxBatch: s.cfg.ProjectionBatch,
-			Logger:   s.log,
-		}, s.store.Apply)
-	})
+	g.Go(func() error { return s.project(ctx) })
 	g.Go(func() error { service.Every(ctx, s.cfg.RetentionInterval, s.expireOnce); return nil })
 	return g.Wait()
 }

@@ -219,6 +219,8 @@ type Service struct {
 	box   *secretbox.Box
 	cache *fanout.Cache
 	loop  *deliver.Loop
+	// project runs the fan-out projection (deps.Projection).
+	project func(context.Context) error
 }
 
 // Build is the service.Builder of this service.
@@ -286,6 +288,12 @@ func New(ctx context.Context, deps *service.Deps, cfg Config) (*Service, error) 
 	}, st, box, client, cache, log)
 	s := &Service{deps: deps, cfg: cfg, log: log, store: st, box: box, cache: cache, loop: loop}
 	loop.OnDisable = func(string, string) { s.refresh(ctx) }
+	if s.project, err = deps.Projection(projection.Config{
+		Group: ConsumerGroup, Topics: deps.Topics.LifecycleTopics(), Kafka: deps.KafkaConfig("webhooks"),
+		MaxBatch: cfg.MaxBatch, Logger: log,
+	}, cache.Apply); err != nil {
+		return nil, fmt.Errorf("webhooks: %w", err)
+	}
 	return s, nil
 }
 
@@ -311,12 +319,7 @@ func (s *Service) Routes(r chi.Router) {
 // Timeout) and are recorded.
 func (s *Service) Run(ctx context.Context) error {
 	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error {
-		return projection.Run(gctx, s.deps.Postgres, projection.Config{
-			Group: ConsumerGroup, Topics: s.deps.Topics.LifecycleTopics(), Kafka: s.deps.KafkaConfig("webhooks"),
-			MaxBatch: s.cfg.MaxBatch, Logger: s.log,
-		}, s.cache.Apply)
-	})
+	g.Go(func() error { return s.project(gctx) })
 	g.Go(func() error { s.cache.Run(gctx, s.cfg.CacheRefresh); return nil })
 	g.Go(func() error { return s.loop.Run(gctx) })
 	g.Go(func() error { service.Every(gctx, s.cfg.RetentionInterval, s.expireOnce); return nil })

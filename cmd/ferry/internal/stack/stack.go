@@ -16,6 +16,7 @@ import (
 	"github.com/ferryhq/ferry/platform/config"
 	"github.com/ferryhq/ferry/platform/httpx"
 	"github.com/ferryhq/ferry/platform/kafkax"
+	"github.com/ferryhq/ferry/platform/projection"
 	"github.com/ferryhq/ferry/platform/service"
 	"github.com/ferryhq/ferry/platform/telemetry"
 	"github.com/ferryhq/ferry/services/api"
@@ -82,6 +83,10 @@ func Start(ctx context.Context, common config.Common, l *config.Loader, tel *tel
 		return nil, fmt.Errorf("listen %s: %w", common.HTTPAddr, err)
 	}
 	l.SetDefault("FERRY_CALLBACK_URL", "http://"+reachable(ln.Addr()))
+	if l.Bool("FERRY_DEV_SHARED_PROJECTIONS") {
+		deps.Projections = projection.NewShared(deps.Postgres, projection.SharedConfig{
+			Kafka: deps.KafkaConfig("projections"), Logger: deps.Log("projections")})
+	}
 	router := httpx.NewRouter("ferry", deps.Checks(), tel.Metrics)
 	comps, err := build(ctx, deps, l, router, &producers)
 	if err == nil {
@@ -101,6 +106,9 @@ func Start(ctx context.Context, common config.Common, l *config.Loader, tel *tel
 		defer closeAll()
 		g, gctx := errgroup.WithContext(ctx)
 		g.Go(func() error { return httpx.Serve(gctx, ln, router, common.ShutdownTimeout) })
+		if deps.Projections != nil {
+			g.Go(func() error { return deps.Projections.Run(gctx) })
+		}
 		for _, c := range comps {
 			g.Go(func() error { return service.RunComponent(gctx, c) })
 		}

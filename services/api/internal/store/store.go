@@ -21,6 +21,7 @@ import (
 
 	"github.com/ferryhq/ferry/events/schema"
 	"github.com/ferryhq/ferry/platform/pgstore"
+	"github.com/ferryhq/ferry/platform/projection"
 	"github.com/ferryhq/ferry/services/api/internal/status"
 )
 
@@ -115,7 +116,7 @@ type jobKey struct{ tenant, id string }
 // specification changed, of every column), and the counters last. Records
 // that do not decode are logged and skipped.
 func (s *Store) Apply(ctx context.Context, tx pgx.Tx, recs []*kgo.Record) error {
-	batch := s.groupByJob(recs)
+	batch := s.groupByJob(ctx, recs)
 	if len(batch.order) == 0 {
 		return nil
 	}
@@ -144,12 +145,14 @@ type batchEvents struct {
 	byJob map[jobKey][]schema.Event
 }
 
-// groupByJob decodes recs (each once) and groups the lifecycle events by
-// job; other records are skipped, undecodable ones logged.
-func (s *Store) groupByJob(recs []*kgo.Record) batchEvents {
+// groupByJob decodes recs (each once, and once for every projection of a
+// shared reader: projection.Decode, so the events are read, never changed)
+// and groups the lifecycle events by job; other records are skipped,
+// undecodable ones logged.
+func (s *Store) groupByJob(ctx context.Context, recs []*kgo.Record) batchEvents {
 	b := batchEvents{byJob: map[jobKey][]schema.Event{}}
 	for _, rec := range recs {
-		ev, err := schema.Decode(rec)
+		ev, err := projection.Decode(ctx, rec)
 		if err != nil {
 			s.log.Warn("status projection: skipping undecodable record", "topic", rec.Topic, "partition", rec.Partition, "offset", rec.Offset, "err", err)
 			continue

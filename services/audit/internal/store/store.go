@@ -17,6 +17,7 @@ import (
 
 	"github.com/ferryhq/ferry/events/schema"
 	"github.com/ferryhq/ferry/platform/pgstore"
+	"github.com/ferryhq/ferry/platform/projection"
 	"github.com/ferryhq/ferry/services/audit/internal/chain"
 )
 
@@ -60,7 +61,7 @@ type pending struct {
 // do not decode are logged and skipped; events already recorded (same
 // ce_id) are skipped, so duplicate deliveries never make a second row.
 func (s *Store) Apply(ctx context.Context, tx pgx.Tx, recs []*kgo.Record) error {
-	rows := s.decodeRows(recs)
+	rows := s.decodeRows(ctx, recs)
 	if len(rows) == 0 {
 		return nil
 	}
@@ -85,12 +86,14 @@ func (s *Store) Apply(ctx context.Context, tx pgx.Tx, recs []*kgo.Record) error 
 }
 
 // decodeRows turns the records the audit log keeps into rows to chain,
-// each event once even when the batch holds it twice.
-func (s *Store) decodeRows(recs []*kgo.Record) []*pending {
+// each event once even when the batch holds it twice. It decodes with
+// projection.Decode (shared with the other projections of a shared reader:
+// read, never changed).
+func (s *Store) decodeRows(ctx context.Context, recs []*kgo.Record) []*pending {
 	var rows []*pending
 	seen := map[string]bool{}
 	for _, r := range recs {
-		ev, err := schema.Decode(r)
+		ev, err := projection.Decode(ctx, r)
 		if err != nil {
 			s.log.Warn("audit: skipping undecodable record", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "err", err)
 			continue

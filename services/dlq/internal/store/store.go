@@ -20,6 +20,7 @@ import (
 
 	"github.com/ferryhq/ferry/events/schema"
 	"github.com/ferryhq/ferry/platform/pgstore"
+	"github.com/ferryhq/ferry/platform/projection"
 )
 
 //go:embed migrations/*.sql
@@ -128,7 +129,7 @@ type entryKey struct{ tenant, job string }
 // dlq_entries (the highest attempt of a job wins, repeats are ignored,
 // purged jobs stay purged) and records the re-drives its enqueued events
 // with reason "redrive" confirm. Records that fail to decode are logged and
-// skipped.
+// skipped. Events come from projection.Decode: read, never changed.
 func (s *Store) Apply(ctx context.Context, tx pgx.Tx, recs []*kgo.Record) error {
 	dead := map[entryKey]schema.DeadLettered{}
 	deadIDs := map[entryKey]string{}
@@ -142,7 +143,7 @@ func (s *Store) Apply(ctx context.Context, tx pgx.Tx, recs []*kgo.Record) error 
 		}
 		switch et {
 		case schema.EventDLQ:
-			ev, err := schema.Decode(r)
+			ev, err := projection.Decode(ctx, r)
 			if err != nil {
 				s.log.WarnContext(ctx, "skipping undecodable dlq record", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "err", err)
 				continue
@@ -166,7 +167,7 @@ func (s *Store) Apply(ctx context.Context, tx pgx.Tx, recs []*kgo.Record) error 
 			if !bytes.Contains(r.Value, []byte(`"redrive"`)) {
 				continue
 			}
-			ev, err := schema.Decode(r)
+			ev, err := projection.Decode(ctx, r)
 			if err != nil {
 				s.log.WarnContext(ctx, "skipping undecodable enqueued record", "partition", r.Partition, "offset", r.Offset, "err", err)
 				continue

@@ -18,6 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ferryhq/ferry/events/schema"
+	"github.com/ferryhq/ferry/platform/projection"
 	"github.com/ferryhq/ferry/services/webhooks/internal/policy"
 	"github.com/ferryhq/ferry/services/webhooks/internal/store"
 )
@@ -186,7 +187,7 @@ func (c *Cache) Apply(ctx context.Context, tx pgx.Tx, recs []*kgo.Record) error 
 	}
 	var b fanBatch
 	for _, r := range recs {
-		c.gather(&b, r)
+		c.gather(ctx, &b, r)
 	}
 	if len(b.items) == 0 {
 		return nil
@@ -207,8 +208,10 @@ func (c *Cache) Apply(ctx context.Context, tx pgx.Tx, recs []*kgo.Record) error 
 
 // gather adds r to b when an endpoint of its tenant listens. The cheap
 // path reads only the CloudEvents headers: a record of a tenant without
-// endpoints is never decoded.
-func (c *Cache) gather(b *fanBatch, r *kgo.Record) {
+// endpoints is never decoded. The event comes from projection.Decode
+// (shared with the other projections of a shared reader): read, never
+// changed.
+func (c *Cache) gather(ctx context.Context, b *fanBatch, r *kgo.Record) {
 	m, err := schema.DecodeMeta(r)
 	if err != nil {
 		c.log.Warn("webhooks: skipping undecodable record", "topic", r.Topic, "offset", r.Offset, "err", err)
@@ -218,7 +221,7 @@ func (c *Cache) gather(b *fanBatch, r *kgo.Record) {
 	if len(eps) == 0 {
 		return
 	}
-	ev, err := schema.Decode(r)
+	ev, err := projection.Decode(ctx, r)
 	if err != nil {
 		c.log.Warn("webhooks: skipping undecodable record", "topic", r.Topic, "offset", r.Offset, "err", err)
 		return
