@@ -17,6 +17,13 @@ import (
 	"github.com/ferryhq/ferry/services/api"
 )
 
+// separateReaders runs a stack whose projections each have their own
+// consumer group, as separate services do: a second api replica in the
+// process (firingAPI) then shares its status projection's group. (A shared
+// reader takes its projections before it starts, and a projection must
+// never run in the shared reader and in its own group at once.)
+var separateReaders = map[string]string{"FERRY_DEV_SHARED_PROJECTIONS": "false"}
+
 // firingAPI runs one more api component over the stack's connections, with
 // the schedules firing loop on, until the returned stop is called.
 func firingAPI(t *testing.T, e *e2e, grace time.Duration) (stop func()) {
@@ -81,7 +88,7 @@ func fires(rec *recorder, id string) ([]fire, map[string]int) {
 // every-second schedules concurrently for several seconds; every fire time
 // makes exactly one job, produced once.
 func TestSchedulesTwoReplicasFireOnce(t *testing.T) {
-	e := startStack(t, nil) // its api fires too
+	e := startStack(t, separateReaders) // its api fires too
 	firingAPI(t, e, 5*time.Second)
 	rec := e.record(e.stack.Deps.Topics.Lifecycle(schema.EventEnqueued))
 	var ids []string
@@ -123,7 +130,7 @@ func TestSchedulesTwoReplicasFireOnce(t *testing.T) {
 // TestSchedulesCatchUpAfterRestart: the firing loop stops for several fire
 // times and starts again; each schedule catches up as its policy says.
 func TestSchedulesCatchUpAfterRestart(t *testing.T) {
-	e := startStack(t, map[string]string{"FERRY_SCHEDULES_FIRING": "false"})
+	e := startStack(t, map[string]string{"FERRY_SCHEDULES_FIRING": "false", "FERRY_DEV_SHARED_PROJECTIONS": "false"})
 	const grace = 300 * time.Millisecond
 	stop := firingAPI(t, e, grace)
 	rec := e.record(e.stack.Deps.Topics.Lifecycle(schema.EventEnqueued))
