@@ -338,19 +338,7 @@ func TestRebuildHoldsInFlightJobs(t *testing.T) {
 // announceAndRead announces worker id with 4 slots of the short pool every
 // 200ms and sends each dispatch it reads on cl to out, until ctx ends.
 func announceAndRead(ctx context.Context, t *testing.T, g *errgroup.Group, cl *kgo.Client, topics schema.Topics, id string, out chan<- schema.Dispatch) {
-	g.Go(func() error {
-		tk := time.NewTicker(200 * time.Millisecond)
-		defer tk.Stop()
-		for {
-			rec, _ := schema.NewRecord(topics.Workers(), "test/worker", schema.WorkerStatus{WorkerID: id, Pool: schema.PoolShort, Slots: 4, At: time.Now()})
-			_ = kafkax.ProduceAll(ctx, cl, rec)
-			select {
-			case <-ctx.Done():
-				return nil
-			case <-tk.C:
-			}
-		}
-	})
+	announceSlots(ctx, g, cl, topics, id, 4)
 	g.Go(func() error {
 		for {
 			fs := cl.PollFetches(ctx)

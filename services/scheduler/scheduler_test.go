@@ -206,25 +206,7 @@ func (e *env) fakeWorker(ctx context.Context, g *errgroup.Group, id string, slot
 // every 200ms and answers each new dispatch with started, then failed with
 // the error outcome returns, or completed (counted in s) when it returns nil.
 func runWorker(ctx context.Context, t *testing.T, g *errgroup.Group, cl *kgo.Client, topics schema.Topics, id string, slots int, s *seen, outcome func(schema.Dispatch) *schema.ErrorInfo) {
-	announce := func(stopping bool) {
-		rec, _ := schema.NewRecord(topics.Workers(), "test/worker", schema.WorkerStatus{
-			WorkerID: id, Pool: schema.PoolShort, Slots: slots, At: time.Now(), Stopping: stopping,
-		})
-		_ = kafkax.ProduceAll(context.WithoutCancel(ctx), cl, rec)
-	}
-	g.Go(func() error {
-		tk := time.NewTicker(200 * time.Millisecond)
-		defer tk.Stop()
-		for {
-			announce(false)
-			select {
-			case <-ctx.Done():
-				announce(true)
-				return nil
-			case <-tk.C:
-			}
-		}
-	})
+	announceSlots(ctx, g, cl, topics, id, slots)
 	g.Go(func() error {
 		for {
 			fs := cl.PollFetches(ctx)
@@ -457,4 +439,28 @@ func TestDeadLetters(t *testing.T) {
 	if len(s.dispatches["exp/1"]) != 0 {
 		t.Fatal("expired job dispatched")
 	}
+}
+
+// announceSlots announces worker id of the short pool with slots every
+// 200ms until ctx ends, then announces it stopping.
+func announceSlots(ctx context.Context, g *errgroup.Group, cl *kgo.Client, topics schema.Topics, id string, slots int) {
+	announce := func(stopping bool) {
+		rec, _ := schema.NewRecord(topics.Workers(), "test/worker", schema.WorkerStatus{
+			WorkerID: id, Pool: schema.PoolShort, Slots: slots, At: time.Now(), Stopping: stopping,
+		})
+		_ = kafkax.ProduceAll(context.WithoutCancel(ctx), cl, rec)
+	}
+	g.Go(func() error {
+		tk := time.NewTicker(200 * time.Millisecond)
+		defer tk.Stop()
+		for {
+			announce(false)
+			select {
+			case <-ctx.Done():
+				announce(true)
+				return nil
+			case <-tk.C:
+			}
+		}
+	})
 }
