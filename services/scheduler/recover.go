@@ -30,8 +30,9 @@ import (
 //     and late events of the job change nothing;
 //   - otherwise the latest enqueued attempt, ready or delayed as its run_at
 //     says, at the same attempt;
-//   - but an attempt the log shows started and not yet ended was in flight
-//     at a worker that is most likely still running it: it waits one lease
+//   - but an attempt the log shows handed to a worker (its dispatch record
+//     or its started record) and not yet ended was in flight at a worker
+//     that is most likely still running it: it waits one lease
 //     from the rebuild before it is dispatched again. Its worker's
 //     completion (accepted from any dispatch) ends it meanwhile; a worker
 //     that died leaves it to run again, as an expired lease would. Made
@@ -163,14 +164,17 @@ type foldedJob struct {
 	// continues (as after a consumed enqueued record).
 	traceParent string
 	failed      *schema.Failed
-	started     *schema.Started // the latest attempt's latest start
-	done        bool
-	dead        bool
-	cancel      bool
+	// handedOut is the latest attempt the log shows handed to a worker:
+	// dispatched (a record of the pool's dispatch topic) or started.
+	handedOut int
+	done      bool
+	dead      bool
+	cancel    bool
 }
 
-// rebuildTopics are the lifecycle topics the rebuild reads. started tells
-// which attempts were in flight; progress changes nothing a rebuild keeps.
+// rebuildTopics are the lifecycle topics the rebuild reads, besides the
+// pools' dispatch topics: those and started tell which attempts were in
+// flight; progress changes nothing a rebuild keeps.
 var rebuildTopics = []schema.EventType{schema.EventEnqueued, schema.EventStarted, schema.EventFailed, schema.EventCompleted,
 	schema.EventDLQ, schema.EventCancelled}
 
@@ -181,6 +185,9 @@ func (s *Service) foldLog(ctx context.Context) (map[string]*foldedJob, error) {
 	var topics []string
 	for _, et := range rebuildTopics {
 		topics = append(topics, s.deps.Topics.Lifecycle(et))
+	}
+	for _, p := range s.cfg.Pools {
+		topics = append(topics, s.deps.Topics.Dispatch(p))
 	}
 	from, ends, err := s.logRange(ctx, topics)
 	if err != nil {
@@ -289,25 +296,29 @@ func (s *Service) foldRecord(jobs map[string]*foldedJob, r *kgo.Record) {
 	if err != nil {
 		return
 	}
-	lc, ok := ev.Data.(schema.Lifecycle)
-	if !ok {
+	var ref schema.JobRef
+	switch d := ev.Data.(type) {
+	case schema.Dispatch:
+		ref = d.JobRef
+	case schema.Lifecycle:
+		ref = d.Ref()
+	default:
 		return
 	}
-	ref := lc.Ref()
 	j := jobs[ref.JobID]
 	if j == nil {
 		j = &foldedJob{tenant: ref.TenantID}
 		jobs[ref.JobID] = j
 	}
-	switch d := lc.(type) {
+	switch d := ev.Data.(type) {
+	case schema.Dispatch:
+		j.handedOut = max(j.handedOut, d.Attempt)
 	case schema.Enqueued:
 		if j.enq == nil || d.Attempt > j.enq.Attempt {
 			j.enq, j.enqTime, j.traceParent = &d, ev.Time, ev.TraceParent
 		}
 	case schema.Started:
-		if j.started == nil || d.Attempt >= j.started.Attempt {
-			j.started = &d
-		}
+		j.handedOut = max(j.handedOut, d.Attempt)
 	case schema.Failed:
 		if d.Error.Class == schema.ClassWorkerLost || d.Error.Class == schema.ClassCancelled {
 			return // settled inside Redis, never a retry decision
@@ -328,11 +339,15 @@ func (s *Service) foldRecord(jobs map[string]*foldedJob, r *kgo.Record) {
 
 type rebuildStats struct{ pending, inFlight, redecided, terminal int }
 
-// inFlight reports whether the log shows the job's latest attempt started
-// and not ended (no failure of it; a completion made the job terminal).
+// inFlight reports whether the log shows the job's latest attempt handed
+// to a worker and not ended (no failure of it; a completion made the job
+// terminal), so the rebuild holds it for a lease. Not a job with a
+// concurrency key: held, it would not hold its place under the key's
+// limit, and others of the key would run beside it; it is re-queued at
+// once as before, and the key's gate admits it again.
 func (j *foldedJob) inFlight() bool {
 	a := j.enq.Attempt
-	return j.started != nil && j.started.Attempt == a && (j.failed == nil || j.failed.Attempt != a)
+	return j.handedOut == a && (j.failed == nil || j.failed.Attempt != a) && j.enq.Job.Concurrency == nil
 }
 
 // later returns the later of a run_at (zero: none) and t.
