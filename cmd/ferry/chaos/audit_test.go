@@ -21,6 +21,8 @@ import (
 	"github.com/ferryhq/ferry/events/schema"
 	"github.com/ferryhq/ferry/platform/auth"
 	"github.com/ferryhq/ferry/platform/kafkax"
+	"github.com/ferryhq/ferry/platform/projection"
+	"github.com/ferryhq/ferry/services/audit"
 )
 
 // auditEvent is one produced lifecycle event, as the audit query must
@@ -391,25 +393,8 @@ func startAudit(c *cluster, name string, ready bool) (*proc, string) {
 // storedAuditOffsets reads the audit projection's stored next offsets.
 func storedAuditOffsets(t *testing.T, db *pgxpool.Pool) map[string]map[int32]int64 {
 	t.Helper()
-	rows, err := db.Query(context.Background(), `SELECT topic, partition, next_offset FROM ferry_offsets WHERE consumer_group = 'ferry-audit'`)
+	out, err := projection.StoredOffsets(context.Background(), db, audit.ProjectionGroup)
 	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	out := map[string]map[int32]int64{}
-	for rows.Next() {
-		var topic string
-		var p int32
-		var o int64
-		if err := rows.Scan(&topic, &p, &o); err != nil {
-			t.Fatal(err)
-		}
-		if out[topic] == nil {
-			out[topic] = map[int32]int64{}
-		}
-		out[topic][p] = o
-	}
-	if err := rows.Err(); err != nil {
 		t.Fatal(err)
 	}
 	return out
