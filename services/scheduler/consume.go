@@ -26,14 +26,6 @@ import (
 func (s *Service) consume(ctx context.Context, cl *kgo.Client) error {
 	defer s.watchQuarantine(ctx)()
 	settler := s.settler(cl)
-	// Decisions are produced while the next batches are applied (ahead.go);
-	// on return every batch applied is marked or left to the next owner.
-	marked := make(chan struct{})
-	go func() {
-		defer close(marked)
-		s.pipe.run(ctx, cl.MarkCommitRecords, settler.Settle)
-	}()
-	defer func() { s.pipe.stop(); <-marked }()
 	for {
 		fetches := cl.PollRecords(ctx, s.cfg.MaxPoll)
 		if fetches.IsClientClosed() {
@@ -45,7 +37,7 @@ func (s *Service) consume(ctx context.Context, cl *kgo.Client) error {
 			}
 		})
 		if recs := fetches.Records(); len(recs) > 0 {
-			if err := s.applyAhead(ctx, settler, recs); err != nil {
+			if err := settler.Settle(ctx, recs); err != nil {
 				// ctx ended mid-retry. Unmarked records are replayed by
 				// the group's next owner.
 				cl.AllowRebalance()
@@ -132,17 +124,6 @@ func (s *Service) processGated(ctx context.Context, recs []*kgo.Record) error {
 // process applies one polled batch: one Redis round trip for the whole
 // batch, then, for failed attempts, one produce of the retry/dlq decisions.
 func (s *Service) process(ctx context.Context, recs []*kgo.Record) error {
-	out, err := s.apply(ctx, recs)
-	if err != nil {
-		return err
-	}
-	return kafkax.ProduceAll(ctx, s.deps.Kafka, out...)
-}
-
-// apply applies one polled batch to Redis in one round trip and returns the
-// decision records that follow from it (decisions), for the caller to
-// produce.
-func (s *Service) apply(ctx context.Context, recs []*kgo.Record) ([]*kgo.Record, error) {
 	now := s.cfg.Now()
 	var b qstore.Batch
 	failed := map[[2]string]schema.Failed{}
@@ -192,17 +173,17 @@ func (s *Service) apply(ctx context.Context, recs []*kgo.Record) ([]*kgo.Record,
 	}
 	res, err := s.store.Apply(ctx, now, &b)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if res.Wake {
 		s.wakeAll()
 	}
 	out, err := s.decisions(res, failed, now)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	traceDecisions(ctx, recs, out) // decisions continue their jobs' traces (observe.go)
-	return out, nil
+	return kafkax.ProduceAll(ctx, s.deps.Kafka, out...)
 }
 
 // decisions are the records that follow from an Apply: the retry or

@@ -11,12 +11,9 @@ import (
 
 // onRevoked is the consumer's OnPartitionsRevoked callback. Setting one
 // replaces franz-go's default, which commits what was marked: so it
-// commits the marked offsets first, as the default would, once the
-// batches whose decisions are on their way are marked (ahead.go: the next
-// owner would otherwise read them again and decide a second time), then
-// holds the leases.
+// commits the marked offsets first, as the default would, then holds the
+// leases.
 func (s *Service) onRevoked(ctx context.Context, cl *kgo.Client, moved map[string][]int32) {
-	s.pipe.drain()
 	if err := cl.CommitMarkedOffsets(ctx); err != nil {
 		s.log.Warn("committing offsets on revoke", "err", err)
 	}

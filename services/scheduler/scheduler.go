@@ -46,9 +46,6 @@ type Service struct {
 	// produces counts dispatch steps whose records are not all
 	// acknowledged yet (dispatch.go); Run waits for them before returning.
 	produces sync.WaitGroup
-	// pipe holds the consumed batches whose decisions are being produced
-	// (ahead.go).
-	pipe *decisionPipe
 }
 
 var _ service.Component = (*Service)(nil)
@@ -89,7 +86,6 @@ func New(ctx context.Context, deps *service.Deps, cfg Config) (*Service, error) 
 		wake:   make(map[string]chan struct{}, len(cfg.Pools)),
 		lost:   make(chan struct{}, 1),
 		owner:  schema.NewEventID(),
-		pipe:   newDecisionPipe(),
 	}
 	for _, p := range cfg.Pools {
 		s.wake[p] = make(chan struct{}, 1)
