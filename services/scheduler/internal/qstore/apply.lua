@@ -143,7 +143,11 @@ end
 -- E id tenant attempt queue pool prio run_at_ms not_after_ms created ready spec history redriven_from type
 --   concurrency_key concurrency_limit traceparent: an attempt is enqueued. A fresh job costs two
 --   commands: its state read and one HSET of every field; its ready (or delayed) sets are
---   written once per call for every enqueue of the run (add_later).
+--   written once per call for every enqueue of the run (add_later). The retry of a failed
+--   attempt costs three (its state read, PERSIST, the HSET): F (or B) took the failed job out
+--   of every set it was in (its lease, slot and concurrency slot; a job in flight is in no
+--   queue, gate or parking set), so it is not unindexed again, and the run of enqueues it is
+--   part of is not split.
 ops.E = function(o)
   local id, tenant, attempt = ARGV[o], ARGV[o + 1], tonumber(ARGV[o + 2])
   local q, pool, prio, run_at = ARGV[o + 3], ARGV[o + 4], ARGV[o + 5], tonumber(ARGV[o + 6])
@@ -152,8 +156,10 @@ ops.E = function(o)
   local st, known = f[1], tonumber(f[2])
   if st == 'done' or st == 'cancelled' or st == 'dead' or (known and known >= attempt) then return end
   if st then
-    flush_added()
-    unindex(jk, id)
+    if st ~= 'failed' then
+      flush_added()
+      unindex(jk, id)
+    end
     redis.call('PERSIST', jk)
   end
   local h = {'tenant', tenant, 'attempt', attempt, 'queue', q, 'pool', pool, 'prio', prio,
@@ -232,27 +238,36 @@ ops.C = function(o)
   out[1] = 1
 end
 
--- F id dispatch_id class: the current dispatch failed.
+-- F id dispatch_id class started_ms finished_ms: the current dispatch
+-- failed. started_ms and finished_ms (0 when unknown) are the measured
+-- run, which reconciles its slot-time (fair.lua) as a U op would. Its lease
+-- and slot are given up at the end of the call with the completions'
+-- (end_run); a failure left for a decision empties the charge (est, cw) in
+-- the HSET of its state, so a job failing in flight without flow-control
+-- fields costs four commands: its fields read, that HSET, its EXPIRE and
+-- its template's read.
 ops.F = function(o)
   local id, did, class = ARGV[o], ARGV[o + 1], ARGV[o + 2]
   local jk = P .. 'job:' .. id
-  local f = redis.call('HMGET', jk, 'state', 'did', 'pool', 'tenant', 'type', 'probe', 'ck')
-  local st = f[1]
-  if not st or f[2] ~= did or did == '' then return end
+  local v = redis.call('HMGET', jk, 'state', 'did', 'pool', 'tenant', 'type', 'probe', 'ck', 'est', 'cw')
+  local st = v[1]
+  if not st or v[2] ~= did or did == '' then return end
   if st == 'inflight' or st == 'cancelled' then
-    -- Unconditionally out of the held set: a job that runs again must not
-    -- keep a held lease from a state written before the held mark existed.
-    redis.call('ZREM', inflight_key(f[3]), id)
-    redis.call('ZREM', held_key(f[3]), id)
-    fair_unrun(jk, id, f[4])
-    if class ~= 'worker_lost' then gate_run_failed(jk, id, did, class, f[4], f[5], f[6], f[7], now) end
+    local f = {did = v[2], pool = v[3], tenant = v[4], type = v[5], est = v[8], cw = v[9]}
+    fair_settle(jk, did, tonumber(ARGV[o + 3]) or 0, tonumber(ARGV[o + 4]) or 0, f)
+    -- Unconditionally out of the held set (held: true): a job that runs
+    -- again must not keep a held lease from a state written before the
+    -- held mark existed.
+    end_run(f.pool, f.tenant, id, true)
+    if class ~= 'worker_lost' then gate_run_failed(jk, id, did, class, f.tenant, f.type, v[6], v[7], now) end
     out[1] = 1
     if st == 'cancelled' or class == 'cancelled' then
-      terminal(jk, 'cancelled', f[4])
+      terminal(jk, 'cancelled', f.tenant)
     elseif class == 'worker_lost' then
+      redis.call('HSET', jk, 'est', '', 'cw', '')
       fair_make_ready(jk, id, true, nil, false)
     else
-      redis.call('HSET', jk, 'state', 'failed')
+      redis.call('HSET', jk, 'state', 'failed', 'est', '', 'cw', '')
       redis.call('EXPIRE', jk, ttl)
       template(jk, id)
     end
@@ -364,7 +379,7 @@ ops.T = function(o)
 end
 
 -- ARITY is each op's argument count.
-local ARITY = {E = 17, S = 3, C = 5, F = 3, X = 2, W = 6, H = 2, R = 2, D = 2, B = 2, A = 2, U = 4, T = 3}
+local ARITY = {E = 17, S = 3, C = 5, F = 5, X = 2, W = 6, H = 2, R = 2, D = 2, B = 2, A = 2, U = 4, T = 3}
 
 local i = 6
 while i <= #ARGV do

@@ -280,6 +280,22 @@ local function gate_probe_gone(t, typ, now)
   end
 end
 
+-- gate_brkcfg_seen caches, per script call, the breaker configuration of
+-- each (tenant, type) a failure asked for (false: none): only the flow
+-- settings script writes it, so a burst of failures of one type reads it
+-- once per call instead of once per failure.
+local gate_brkcfg_seen = {}
+local function gate_brkcfg(t, typ)
+  local field = t .. '\n' .. typ
+  local cfg = gate_brkcfg_seen[field]
+  if cfg == nil then
+    local c = redis.call('HMGET', GP .. 'tenant:' .. t .. ':brkcfg', typ, '*')
+    cfg = c[1] or c[2] or false
+    gate_brkcfg_seen[field] = cfg
+  end
+  return cfg or nil
+end
+
 -- gate_failed counts a failed run (class) of a job of tenant t and type
 -- typ against the breaker, when the tenant configured one for the type.
 local function gate_failed(t, typ, probe, id, did, class, now)
@@ -287,8 +303,7 @@ local function gate_failed(t, typ, probe, id, did, class, now)
     if probe then gate_probe_gone(t, typ, now) end
     return
   end
-  local c = redis.call('HMGET', GP .. 'tenant:' .. t .. ':brkcfg', typ, '*')
-  local cfg = c[1] or c[2]
+  local cfg = gate_brkcfg(t, typ)
   if not cfg then
     if probe then gate_probe_gone(t, typ, now) end
     return

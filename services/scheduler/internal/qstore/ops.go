@@ -77,14 +77,18 @@ func (o completeOp) args() []any {
 	return []any{o.JobID, o.TenantID, o.DispatchID, o.StartedMs, o.FinishedMs}
 }
 
-// failOp (F) records a failed run of a dispatch.
+// failOp (F) records a failed run of a dispatch; StartedMs and FinishedMs
+// (0 when unknown) are its measured run, as in a usageOp.
 type failOp struct {
-	JobID, DispatchID string
-	Class             schema.ErrorClass
+	JobID, DispatchID     string
+	Class                 schema.ErrorClass
+	StartedMs, FinishedMs int64
 }
 
-func (failOp) code() string  { return "F" }
-func (o failOp) args() []any { return []any{o.JobID, o.DispatchID, string(o.Class)} }
+func (failOp) code() string { return "F" }
+func (o failOp) args() []any {
+	return []any{o.JobID, o.DispatchID, string(o.Class), o.StartedMs, o.FinishedMs}
+}
 
 // cancelOp (X) cancels a job.
 type cancelOp struct{ JobID, TenantID string }
@@ -279,13 +283,25 @@ func (b *Batch) Usage(jobID, dispatchID string, started, finished time.Time) {
 func (b *Batch) Complete(jobID, tenantID, dispatchID string) {
 	b.ended(jobID, dispatchID)
 	o := completeOp{JobID: jobID, TenantID: tenantID, DispatchID: dispatchID}
-	if n := len(b.ops); n > 0 {
-		if u, ok := b.ops[n-1].(usageOp); ok && u.JobID == jobID && u.DispatchID == dispatchID {
-			o.StartedMs, o.FinishedMs = u.StartedMs, u.FinishedMs
-			b.ops = b.ops[:n-1]
-		}
-	}
+	o.StartedMs, o.FinishedMs = b.takeUsage(jobID, dispatchID)
 	b.add(o)
+}
+
+// takeUsage removes the Usage of jobID's dispatchID when it is the last op
+// of the batch and returns its run (0, 0 when there is none): the end of
+// the run that follows carries it, which saves the U op's reads and write
+// of the job hash.
+func (b *Batch) takeUsage(jobID, dispatchID string) (startedMs, finishedMs int64) {
+	n := len(b.ops)
+	if n == 0 {
+		return 0, 0
+	}
+	u, ok := b.ops[n-1].(usageOp)
+	if !ok || u.JobID != jobID || u.DispatchID != dispatchID {
+		return 0, 0
+	}
+	b.ops = b.ops[:n-1]
+	return u.StartedMs, u.FinishedMs
 }
 
 // Dead marks the job dead-lettered for good (used by the rebuild).
@@ -301,10 +317,13 @@ func (b *Batch) Refail(jobID, dispatchID string) {
 // Fail records a failed run of the current dispatch and frees its slot.
 // worker_lost re-queues the same attempt at the front and cancelled marks
 // the job cancelled, inside Redis; any other class leaves the job "failed"
-// and Apply returns its template for the retry decision.
+// and Apply returns its template for the retry decision. The Usage of the
+// same dispatch just before it travels in the failure.
 func (b *Batch) Fail(jobID, dispatchID string, class schema.ErrorClass) {
 	b.ended(jobID, dispatchID)
-	b.add(failOp{JobID: jobID, DispatchID: dispatchID, Class: class})
+	o := failOp{JobID: jobID, DispatchID: dispatchID, Class: class}
+	o.StartedMs, o.FinishedMs = b.takeUsage(jobID, dispatchID)
+	b.add(o)
 }
 
 // Cancel removes the job from its queues and marks it cancelled; a job in
