@@ -390,10 +390,27 @@ func (b *Bench) latency(ctx context.Context) Result {
 	if o.firstErr != nil {
 		notes = append(notes, "first submit error: "+o.firstErr.Error())
 	}
-	accounted, _ := b.account(ctx, &r, before.Kafka, false, padIDs(o.ids, n), rows)
+	accounted, lc := b.account(ctx, &r, before.Kafka, false, padIDs(o.ids, n), rows)
 	notes = append(notes, accounted...)
+	notes = append(notes, b.latencyStageNotes(ctx, &r, before.Kafka, lc.to, o)...)
 	r.Notes = strings.Join(append(notes, b.noise), "; ")
 	return r
+}
+
+// latencyStageNotes are the latency workload's per-hop times (latencyStages)
+// from its records on the log: which hop of submit → start the time goes
+// to. The detail goes to the results file as "stages".
+func (b *Bench) latencyStageNotes(ctx context.Context, r *Result, from, to Offsets, o offered) []string {
+	sr, err := b.probe.readStages(ctx, latencyStages, from, to, o.ids)
+	if err != nil {
+		return []string{"stages: " + err.Error()}
+	}
+	s, detail := stageSummary(latencyStages, latencyGaps, sr.times, o.t0)
+	if r.extraRecords == nil {
+		r.extraRecords = map[string]any{}
+	}
+	r.extraRecords["stages"] = detail
+	return []string{s}
 }
 
 // offered is what an open-loop submission phase left.
