@@ -405,6 +405,7 @@ func (b *Bench) latencyStageNotes(ctx context.Context, r *Result, from, to Offse
 	if err != nil {
 		return []string{"stages: " + err.Error()}
 	}
+	sr.times["answered"] = o.answered
 	s, detail := stageSummary(latencyStages, latencyGaps, sr.times, o.t0)
 	if r.extraRecords == nil {
 		r.extraRecords = map[string]any{}
@@ -416,7 +417,8 @@ func (b *Bench) latencyStageNotes(ctx context.Context, r *Result, from, to Offse
 // offered is what an open-loop submission phase left.
 type offered struct {
 	ids         []string
-	rtts        []float64 // client round trip per accepted call, ms
+	rtts        []float64            // client round trip per accepted call, ms
+	answered    map[string]time.Time // when each accepted call's answer arrived
 	failures    int
 	firstErr    error
 	maxBehind   time.Duration // how far the pacer fell behind its schedule
@@ -430,7 +432,7 @@ func (b *Bench) offer(ctx context.Context, n, rate int, tag string) offered {
 	var (
 		mu  sync.Mutex
 		wg  sync.WaitGroup
-		out = offered{ids: make([]string, 0, n), rtts: make([]float64, 0, n)}
+		out = offered{ids: make([]string, 0, n), rtts: make([]float64, 0, n), answered: make(map[string]time.Time, n)}
 	)
 	sem := make(chan struct{}, 512)
 	body, _ := json.Marshal(jobReq{"type": "noop", "tags": []string{tag}})
@@ -449,7 +451,8 @@ func (b *Bench) offer(ctx context.Context, n, rate int, tag string) offered {
 			defer func() { <-sem; wg.Done() }()
 			start := time.Now()
 			id, err := b.submitOne(ctx, body)
-			rtt := Ms(time.Since(start))
+			now := time.Now()
+			rtt := Ms(now.Sub(start))
 			mu.Lock()
 			defer mu.Unlock()
 			if id == "" {
@@ -461,6 +464,7 @@ func (b *Bench) offer(ctx context.Context, n, rate int, tag string) offered {
 			}
 			out.ids = append(out.ids, id)
 			out.rtts = append(out.rtts, rtt)
+			out.answered[id] = now
 		}()
 	}
 	out.sentAll = time.Now()
