@@ -6,9 +6,10 @@
 //
 // A valid submission gets a job id (job_ + UUIDv7) and is produced as an
 // enqueued event (attempt 1) to ferry.jobs.enqueued with acks=all before the
-// 202 answer. Submissions arriving while a produce is in flight share the
-// next one (internal/groupcommit): one produce call and one Redis pipeline
-// per group, each request answered once its own records are acknowledged.
+// 202 answer. Submissions arriving while every produce slot is busy
+// (Config.ProduceInflight) share the next produce call (internal/groupcommit),
+// and their just-submitted cache writes share Redis pipelines, each request
+// answered once its own records are acknowledged and its cache write done.
 // Delivery of jobs to handlers is at least once.
 //
 // # Idempotency
@@ -355,7 +356,7 @@ type Service struct {
 	callbackBox *secretbox.Box
 	callbacks   *callback.Attempts
 	// commit produces concurrent submissions together (a group commit),
-	// caching each group's just-submitted jobs beside the produce.
+	// caching their just-submitted jobs beside the produce.
 	commit *groupcommit.Committer[map[string][]byte]
 	// schedules is the schedules table (schedules.go, schedule_fire.go).
 	schedules *schedules.Store
