@@ -105,8 +105,9 @@ type Config struct {
 	// the request ends, so that tests can kill the api there. Test only;
 	// empty (never pause) in production.
 	TestPauseAt string
-	// ProduceInflight bounds the group commit's produce calls (and side
-	// writes) in flight at once (FERRY_API_PRODUCE_INFLIGHT).
+	// ProduceInflight bounds the group commit's produce calls in flight at
+	// once, and its side writes at four times that
+	// (FERRY_API_PRODUCE_INFLIGHT).
 	ProduceInflight int
 	// SubmittedTTL is how long a just-submitted job is cached in Redis for
 	// reads that beat the projection. Defaults to 2m.

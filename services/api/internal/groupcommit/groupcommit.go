@@ -15,13 +15,16 @@
 // per partition, so concurrent calls keep each request's records in order.
 //
 // Each request may carry a side value; alongside (when set) runs with the
-// side values of a group of requests, in a lane of its own with the same
-// bound: a request's side value goes out as soon as it arrives (when a side
-// slot is free), while its records may still wait for a produce slot. The
-// api caches the just-submitted job resources in Redis there, one pipeline
-// per side group instead of one round trip per request. A request is
-// answered once its records are acknowledged and its side write is done;
-// neither lane waits for the other.
+// side values of a group of requests, in a lane of its own bounded at four
+// times the produce bound: a request's side value goes out as soon as it
+// arrives (when a side slot is free), while its records may still wait for
+// a produce slot. The api caches the just-submitted job resources in Redis
+// there. Side writes get more slots because a Redis busy with a long script
+// (the scheduler's) makes them slower than a produce: with as few slots as
+// produces they would queue behind each other and add that wait to every
+// request (BenchmarkOpenLoop). A request is answered once its records are
+// acknowledged and its side write is done; neither lane waits for the
+// other.
 package groupcommit
 
 import (
@@ -70,12 +73,17 @@ func (r *request[S]) finish() {
 	}
 }
 
+// sideSlotsPerProduce is how many side writes may be in flight per produce
+// slot (see the package doc).
+const sideSlotsPerProduce = 4
+
 // ErrGroupTimeout fails the records of a group whose produce outlived the
 // committer's timeout.
 var ErrGroupTimeout = errors.New("groupcommit: produce timed out")
 
 // New returns a committer over produce with at most inflight produce calls
-// (and as many alongside calls) at once; inflight below 1 counts as 1.
+// (and four times as many alongside calls) at once; inflight below 1 counts
+// as 1.
 // alongside, if not nil, runs with the side values of a group of requests,
 // concurrently with their produce (so whether or not the records get
 // acknowledged); it must not keep the slice. timeout bounds one group's
@@ -85,7 +93,7 @@ func New[S any](produce ProduceFunc, alongside func(ctx context.Context, sides [
 	inflight = max(inflight, 1)
 	c := &Committer[S]{produce: produce, alongside: alongside, timeout: timeout}
 	c.records = lane[*request[S]]{max: inflight, run: c.flushRecords}
-	c.sides = lane[*request[S]]{max: inflight, run: c.flushSides}
+	c.sides = lane[*request[S]]{max: sideSlotsPerProduce * inflight, run: c.flushSides}
 	return c
 }
 

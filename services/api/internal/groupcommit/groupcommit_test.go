@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -136,9 +137,8 @@ func TestUpToInflightProducesAtOnce(t *testing.T) {
 }
 
 // TestSideWritesDoNotWaitForProduces: a request's side value goes out while
-// its records still wait for a produce slot, grouped with the side values
-// of the requests that wait with it; every request is answered only once
-// its side write is done.
+// its records still wait for a produce slot; every request is answered only
+// once its side write is done.
 func TestSideWritesDoNotWaitForProduces(t *testing.T) {
 	g := newGate()
 	var sideMu sync.Mutex
@@ -347,5 +347,54 @@ func TestRealBroker(t *testing.T) {
 		if seen[fmt.Sprint(i)] != 1 {
 			t.Errorf("record %d on the topic %d times", i, seen[fmt.Sprint(i)])
 		}
+	}
+}
+
+// TestSideWritesShareTheNextWhenAllSlotsAreBusy: while every side slot holds
+// a side write, the side values of the requests arriving meanwhile go out
+// together in one call once a slot frees.
+func TestSideWritesShareTheNextWhenAllSlotsAreBusy(t *testing.T) {
+	produce := func(_ context.Context, recs ...*kgo.Record) kgo.ProduceResults {
+		out := make(kgo.ProduceResults, len(recs))
+		for i, r := range recs {
+			out[i] = kgo.ProduceResult{Record: r}
+		}
+		return out
+	}
+	entered, release := make(chan struct{}, 100), make(chan struct{})
+	var mu sync.Mutex
+	var calls []int // values per side call, in call order
+	c := New(produce, func(_ context.Context, sides []int) {
+		mu.Lock()
+		calls = append(calls, len(sides))
+		mu.Unlock()
+		if sides[0] == 1 { // the requests that fill the slots
+			entered <- struct{}{}
+			<-release
+		}
+	}, time.Minute, 1)
+	var wg sync.WaitGroup
+	slots := sideSlotsPerProduce
+	for i := range slots {
+		wg.Go(func() { c.Produce(context.Background(), 1, rec(fmt.Sprint("held", i))) })
+		<-entered
+	}
+	const n = 10
+	for i := range n {
+		wg.Go(func() { c.Produce(context.Background(), 2, rec(fmt.Sprint("r", i))) })
+	}
+	testenv.Eventually(t, 20*time.Second, func() error {
+		c.sides.mu.Lock()
+		defer c.sides.mu.Unlock()
+		if len(c.sides.waiting) != n {
+			return fmt.Errorf("%d side values waiting, want %d", len(c.sides.waiting), n)
+		}
+		return nil
+	})
+	close(release)
+	wg.Wait()
+	want := append(slices.Repeat([]int{1}, slots), n)
+	if fmt.Sprint(calls) != fmt.Sprint(want) {
+		t.Fatalf("side calls of %v values, want %v", calls, want)
 	}
 }
