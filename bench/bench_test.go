@@ -135,3 +135,32 @@ func TestProcStatCountsReapedChildren(t *testing.T) {
 		t.Fatalf("this process gained %d ticks while its child used %d: its reaped children are not counted", got, child)
 	}
 }
+
+// TestStageSummaryGaps: a gap is taken per job between its two stages, over
+// the jobs that have both, including a stage the caller fills from its own
+// clock (the latency workload's "answered").
+func TestStageSummaryGaps(t *testing.T) {
+	t0 := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	times := stageTimes{
+		"received":   {"a": at(0), "b": at(10), "c": at(20)},
+		"enqueued":   {"a": at(1), "b": at(11), "c": at(21)},
+		"answered":   {"a": at(5), "b": at(30)}, // c's answer never came
+		"dispatched": {"a": at(7), "b": at(33), "c": at(40)},
+		"started":    {"a": at(9), "b": at(36), "c": at(44)},
+	}
+	s, detail := stageSummary(latencyStages, latencyGaps, times, t0)
+	gap := func(name string) map[string]any { m, _ := detail[name].(map[string]any); return m }
+	if g := gap("received→answered"); g["n"] != 2 || g["min_ms"] != 5.0 || g["max_ms"] != 20.0 {
+		t.Errorf("received→answered = %v", g)
+	}
+	if g := gap("answered→dispatched"); g["n"] != 2 || g["min_ms"] != 2.0 || g["max_ms"] != 3.0 {
+		t.Errorf("answered→dispatched = %v", g)
+	}
+	if g := gap("received→started"); g["n"] != 3 || g["p50_ms"] != 24.0 || g["max_ms"] != 26.0 {
+		t.Errorf("received→started = %v", g)
+	}
+	if !strings.Contains(s, "dispatched→started 3.0/4.0/4.0/4") {
+		t.Errorf("summary %q lacks dispatched→started p50/p95/p99/max", s)
+	}
+}

@@ -372,6 +372,7 @@ func (b *Bench) latency(ctx context.Context) Result {
 	_, ok := b.probe.waitDone(ctx, tag, len(o.ids), b.timeout)
 	rows, err := b.probe.jobs(ctx, tag)
 	r.RSSMB = rss.Stop()
+	after := b.probe.counters(ctx)
 	var notes []string
 	if err != nil {
 		notes = append(notes, "projection read: "+err.Error())
@@ -390,16 +391,44 @@ func (b *Bench) latency(ctx context.Context) Result {
 	if o.firstErr != nil {
 		notes = append(notes, "first submit error: "+o.firstErr.Error())
 	}
-	accounted, _ := b.account(ctx, &r, before.Kafka, false, padIDs(o.ids, n), rows)
+	accounted, lc := b.account(ctx, &r, before.Kafka, false, padIDs(o.ids, n), rows)
 	notes = append(notes, accounted...)
+	notes = append(notes, b.latencyStageNotes(ctx, &r, before.Kafka, lc.to, o)...)
+	// What a job costs at this rate (CPU from /proc: robust to other load,
+	// unlike the times): produce requests and script calls batch less at
+	// 1k/s than in the throughput workload.
+	s, detail := b.probe.perJob(before, after, len(o.ids))
+	notes = append(notes, s)
+	if r.extraRecords == nil {
+		r.extraRecords = map[string]any{}
+	}
+	r.extraRecords["counters"] = detail
 	r.Notes = strings.Join(append(notes, b.noise), "; ")
 	return r
+}
+
+// latencyStageNotes are the latency workload's per-hop times (latencyStages)
+// from its records on the log: which hop of submit → start the time goes
+// to. The detail goes to the results file as "stages".
+func (b *Bench) latencyStageNotes(ctx context.Context, r *Result, from, to Offsets, o offered) []string {
+	sr, err := b.probe.readStages(ctx, latencyStages, from, to, o.ids)
+	if err != nil {
+		return []string{"stages: " + err.Error()}
+	}
+	sr.times["answered"] = o.answered
+	s, detail := stageSummary(latencyStages, latencyGaps, sr.times, o.t0)
+	if r.extraRecords == nil {
+		r.extraRecords = map[string]any{}
+	}
+	r.extraRecords["stages"] = detail
+	return []string{s}
 }
 
 // offered is what an open-loop submission phase left.
 type offered struct {
 	ids         []string
-	rtts        []float64 // client round trip per accepted call, ms
+	rtts        []float64            // client round trip per accepted call, ms
+	answered    map[string]time.Time // when each accepted call's answer arrived
 	failures    int
 	firstErr    error
 	maxBehind   time.Duration // how far the pacer fell behind its schedule
@@ -413,7 +442,7 @@ func (b *Bench) offer(ctx context.Context, n, rate int, tag string) offered {
 	var (
 		mu  sync.Mutex
 		wg  sync.WaitGroup
-		out = offered{ids: make([]string, 0, n), rtts: make([]float64, 0, n)}
+		out = offered{ids: make([]string, 0, n), rtts: make([]float64, 0, n), answered: make(map[string]time.Time, n)}
 	)
 	sem := make(chan struct{}, 512)
 	body, _ := json.Marshal(jobReq{"type": "noop", "tags": []string{tag}})
@@ -432,7 +461,8 @@ func (b *Bench) offer(ctx context.Context, n, rate int, tag string) offered {
 			defer func() { <-sem; wg.Done() }()
 			start := time.Now()
 			id, err := b.submitOne(ctx, body)
-			rtt := Ms(time.Since(start))
+			now := time.Now()
+			rtt := Ms(now.Sub(start))
 			mu.Lock()
 			defer mu.Unlock()
 			if id == "" {
@@ -444,6 +474,7 @@ func (b *Bench) offer(ctx context.Context, n, rate int, tag string) offered {
 			}
 			out.ids = append(out.ids, id)
 			out.rtts = append(out.rtts, rtt)
+			out.answered[id] = now
 		}()
 	}
 	out.sentAll = time.Now()

@@ -6,9 +6,10 @@
 //
 // A valid submission gets a job id (job_ + UUIDv7) and is produced as an
 // enqueued event (attempt 1) to ferry.jobs.enqueued with acks=all before the
-// 202 answer. Submissions arriving while a produce is in flight share the
-// next one (internal/groupcommit): one produce call and one Redis pipeline
-// per group, each request answered once its own records are acknowledged.
+// 202 answer. Submissions arriving while every produce slot is busy
+// (Config.ProduceInflight) share the next produce call (internal/groupcommit),
+// and their just-submitted cache writes share Redis pipelines, each request
+// answered once its own records are acknowledged and its cache write done.
 // Delivery of jobs to handlers is at least once.
 //
 // # Idempotency
@@ -104,6 +105,10 @@ type Config struct {
 	// the request ends, so that tests can kill the api there. Test only;
 	// empty (never pause) in production.
 	TestPauseAt string
+	// ProduceInflight bounds the group commit's produce calls in flight at
+	// once, and its side writes at four times that
+	// (FERRY_API_PRODUCE_INFLIGHT).
+	ProduceInflight int
 	// SubmittedTTL is how long a just-submitted job is cached in Redis for
 	// reads that beat the projection. Defaults to 2m.
 	SubmittedTTL time.Duration
@@ -190,6 +195,7 @@ type Config struct {
 func (c Config) WithDefaults() Config {
 	config.DefaultVar(&c.IdempotencyTTL, "FERRY_API_IDEMPOTENCY_TTL")
 	config.DefaultVar(&c.IdempotencyClaimTTL, "FERRY_API_IDEMPOTENCY_CLAIM_TTL")
+	config.DefaultVar(&c.ProduceInflight, "FERRY_API_PRODUCE_INFLIGHT")
 	config.DefaultVar(&c.MaxPayloadBytes, "FERRY_API_MAX_PAYLOAD_BYTES")
 	config.DefaultVar(&c.MaxDelay, "FERRY_API_MAX_DELAY")
 	config.DefaultVar(&c.DefaultMaxQueued, "FERRY_API_DEFAULT_MAX_QUEUED")
@@ -229,6 +235,9 @@ func (c Config) Validate() error {
 	}
 	if c.IdempotencyClaimTTL < 100*time.Millisecond || c.IdempotencyClaimTTL > c.IdempotencyTTL {
 		errs = append(errs, errors.New("FERRY_API_IDEMPOTENCY_CLAIM_TTL must be at least 100ms and at most FERRY_API_IDEMPOTENCY_TTL"))
+	}
+	if c.ProduceInflight < 1 {
+		errs = append(errs, errors.New("FERRY_API_PRODUCE_INFLIGHT must be at least 1"))
 	}
 	if c.TestPauseAt != "" && c.TestPauseAt != pauseClaimed && c.TestPauseAt != pauseProduced {
 		errs = append(errs, fmt.Errorf("FERRY_API_TEST_PAUSE_AT must be empty, %q or %q", pauseClaimed, pauseProduced))
@@ -276,6 +285,7 @@ func LoadConfig(l *config.Loader) Config {
 	c := Config{
 		IdempotencyTTL:      l.Duration("FERRY_API_IDEMPOTENCY_TTL"),
 		IdempotencyClaimTTL: l.Duration("FERRY_API_IDEMPOTENCY_CLAIM_TTL"),
+		ProduceInflight:     l.Int("FERRY_API_PRODUCE_INFLIGHT"),
 		TestPauseAt:         l.String("FERRY_API_TEST_PAUSE_AT"),
 		MaxPayloadBytes:     l.Int("FERRY_API_MAX_PAYLOAD_BYTES"),
 		MaxDelay:            l.Duration("FERRY_API_MAX_DELAY"),
@@ -347,7 +357,7 @@ type Service struct {
 	callbackBox *secretbox.Box
 	callbacks   *callback.Attempts
 	// commit produces concurrent submissions together (a group commit),
-	// caching each group's just-submitted jobs beside the produce.
+	// caching their just-submitted jobs beside the produce.
 	commit *groupcommit.Committer[map[string][]byte]
 	// schedules is the schedules table (schedules.go, schedule_fire.go).
 	schedules *schedules.Store
@@ -389,7 +399,7 @@ func New(ctx context.Context, deps *service.Deps, cfg Config) (*Service, error) 
 		queues:  limits.NewQueues(cfg.CountsCacheTTL, time.Minute, st.TenantQueues),
 		workers: newWorkersTable(cfg),
 	}
-	s.commit = groupcommit.New(deps.Kafka.ProduceSync, s.cacheSubmitted, produceGroupTimeout)
+	s.commit = groupcommit.New(deps.Kafka.ProduceSync, s.cacheSubmitted, produceGroupTimeout, cfg.ProduceInflight)
 	if err := s.openSigning(ctx); err != nil {
 		return nil, err
 	}

@@ -296,8 +296,9 @@ func (b *submission) buildRecords(ctx context.Context) error {
 const produceGroupTimeout = 30 * time.Second
 
 // cacheSubmitted is the group commit's side write: the resources of the
-// group's new jobs, for reads that beat the projection. It runs beside the
-// produce, so a job whose produce fails is cached too; harmless, since only
+// new jobs of a group of requests, for reads that beat the projection. It
+// starts when the requests arrive, beside (often before) their produce, so a
+// job whose produce fails is cached too; harmless, since only
 // the request that failed knew its id (an Idempotency-Key retry reuses the
 // id and produces the same job).
 func (s *Service) cacheSubmitted(ctx context.Context, groups []map[string][]byte) {

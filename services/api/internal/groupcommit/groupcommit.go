@@ -1,27 +1,37 @@
 // Package groupcommit produces the records of concurrent submissions
-// together: requests that arrive while a produce is in flight wait and go
-// out in the next one, as one ProduceSync of all their records (a group
-// commit). Each request still learns the outcome of exactly its own
-// records, only once they are acknowledged (or failed), so durability is
-// the producer's (acks=all, idempotent): nothing changes but the number of
-// produce calls and of the side writes done beside them.
+// together: a request's records go out at once while fewer than a bound of
+// produce calls are in flight; past the bound, requests wait and go out
+// together in the next call a slot takes, as one ProduceSync of all their
+// records (a group commit). Each request still learns the outcome of
+// exactly its own records, only once they are acknowledged (or failed), so
+// durability is the producer's (acks=all, idempotent): nothing changes but
+// the number of produce calls and of the side writes done beside them.
 //
-// When no produce is in flight a request's records go out at once: the
-// group commit adds no wait to an idle broker.
+// The bound is what trades latency against produce requests: with one call
+// in flight a request that arrives during a produce waits for it to end and
+// then for its own (1.5 round trips on average under steady load); with
+// several, it waits only while every slot is busy. franz-go's idempotent
+// producer keeps up to five produce requests in flight per broker, in order
+// per partition, so concurrent calls keep each request's records in order.
 //
-// Each request may carry a side value; beside each produce, alongside (when
-// set) runs once with the side values of the whole group, concurrently with
-// the produce: the api caches the group's just-submitted job resources in
-// Redis there, one pipeline per group instead of one round trip per request.
-// A request is answered once its records are acknowledged and its group's
-// side write is done; the next group's produce does not wait for that side
-// write, only for the produce before it.
+// Each request may carry a side value; alongside (when set) runs with the
+// side values of a group of requests, in a lane of its own bounded at four
+// times the produce bound: a request's side value goes out as soon as it
+// arrives (when a side slot is free), while its records may still wait for
+// a produce slot. The api caches the just-submitted job resources in Redis
+// there. Side writes get more slots because a Redis busy with a long script
+// (the scheduler's) makes them slower than a produce: with as few slots as
+// produces they would queue behind each other and add that wait to every
+// request (BenchmarkOpenLoop). A request is answered once its records are
+// acknowledged and its side write is done; neither lane waits for the
+// other.
 package groupcommit
 
 import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -39,9 +49,8 @@ type Committer[S any] struct {
 	alongside func(ctx context.Context, sides []S)
 	timeout   time.Duration
 
-	mu      sync.Mutex
-	waiting []*request[S]
-	busy    bool // a flush goroutine runs
+	records lane[*request[S]] // produce calls
+	sides   lane[*request[S]] // alongside calls
 }
 
 // request is one caller's records and, once flushed, their results.
@@ -51,21 +60,41 @@ type request[S any] struct {
 	recs []*kgo.Record
 	side S
 	errs []error
+	// left counts the lanes still to finish with the request (its produce,
+	// its side write); the last one closes done.
+	left atomic.Int32
 	done chan struct{}
 }
+
+// finish notes that one lane is done with r.
+func (r *request[S]) finish() {
+	if r.left.Add(-1) == 0 {
+		close(r.done)
+	}
+}
+
+// sideSlotsPerProduce is how many side writes may be in flight per produce
+// slot (see the package doc).
+const sideSlotsPerProduce = 4
 
 // ErrGroupTimeout fails the records of a group whose produce outlived the
 // committer's timeout.
 var ErrGroupTimeout = errors.New("groupcommit: produce timed out")
 
-// New returns a committer over produce. alongside, if not nil, runs once
-// per group with the side values of all its requests, concurrently with
-// their produce (so whether or not the records get acknowledged); it must
-// not keep the slice. timeout bounds one group's produce (it runs
-// on no request's context, so that one caller going away cannot fail the
-// records of the others).
-func New[S any](produce ProduceFunc, alongside func(ctx context.Context, sides []S), timeout time.Duration) *Committer[S] {
-	return &Committer[S]{produce: produce, alongside: alongside, timeout: timeout}
+// New returns a committer over produce with at most inflight produce calls
+// (and four times as many alongside calls) at once; inflight below 1 counts
+// as 1.
+// alongside, if not nil, runs with the side values of a group of requests,
+// concurrently with their produce (so whether or not the records get
+// acknowledged); it must not keep the slice. timeout bounds one group's
+// produce and one side write (they run on no request's context, so that one
+// caller going away cannot fail the records of the others).
+func New[S any](produce ProduceFunc, alongside func(ctx context.Context, sides []S), timeout time.Duration, inflight int) *Committer[S] {
+	inflight = max(inflight, 1)
+	c := &Committer[S]{produce: produce, alongside: alongside, timeout: timeout}
+	c.records = lane[*request[S]]{max: inflight, run: c.flushRecords}
+	c.sides = lane[*request[S]]{max: sideSlotsPerProduce * inflight, run: c.flushSides}
+	return c
 }
 
 // Produce sends recs, with side, in the next group and returns one error per record
@@ -77,13 +106,12 @@ func (c *Committer[S]) Produce(ctx context.Context, side S, recs ...*kgo.Record)
 		return nil
 	}
 	r := &request[S]{span: trace.SpanFromContext(ctx), recs: recs, side: side, done: make(chan struct{})}
-	c.mu.Lock()
-	c.waiting = append(c.waiting, r)
-	if !c.busy {
-		c.busy = true
-		go c.flushLoop()
+	r.left.Store(1)
+	if c.alongside != nil {
+		r.left.Store(2)
+		c.sides.add(r)
 	}
-	c.mu.Unlock()
+	c.records.add(r)
 	select {
 	case <-r.done:
 		return r.errs
@@ -96,70 +124,88 @@ func (c *Committer[S]) Produce(ctx context.Context, side S, recs ...*kgo.Record)
 	}
 }
 
-// flushLoop flushes the waiting requests, one group at a time, until none
-// are left.
-func (c *Committer[S]) flushLoop() {
+// lane runs groups of the items added to it, at most max groups at once:
+// an item added while a slot is free goes out at once, with whatever else
+// waits; added while every slot is busy, it waits and goes out with the
+// items added meanwhile, in the next group a slot takes.
+type lane[T any] struct {
+	max int
+	run func(group []T)
+
+	mu      sync.Mutex
+	waiting []T
+	busy    int // slots running groups
+}
+
+// add queues it and takes a free slot for it, if there is one.
+func (l *lane[T]) add(it T) {
+	l.mu.Lock()
+	l.waiting = append(l.waiting, it)
+	start := l.busy < l.max
+	if start {
+		l.busy++
+	}
+	l.mu.Unlock()
+	if start {
+		go l.drain()
+	}
+}
+
+// drain runs the waiting items, one group at a time, until none are left,
+// then frees its slot.
+func (l *lane[T]) drain() {
 	for {
-		c.mu.Lock()
-		group := c.waiting
-		c.waiting = nil
+		l.mu.Lock()
+		group := l.waiting
+		l.waiting = nil
 		if len(group) == 0 {
-			c.busy = false
-			c.mu.Unlock()
+			l.busy--
+			l.mu.Unlock()
 			return
 		}
-		c.mu.Unlock()
-		c.flush(group)
+		l.mu.Unlock()
+		l.run(group)
 	}
 }
 
-// flush produces one group and has every request answered with its own
-// results once the group's side write is done too. It returns as soon as
-// the produce does: the next group's produce need not wait for this one's
-// side write, only its requests' answers do.
-func (c *Committer[S]) flush(group []*request[S]) {
+// flushRecords produces one group's records and hands every request its own
+// results.
+func (c *Committer[S]) flushRecords(group []*request[S]) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
-	recs, sides := c.collect(ctx, group)
-	sideDone := make(chan struct{})
-	if c.alongside != nil {
-		go func() {
-			defer close(sideDone)
-			c.alongside(ctx, sides)
-		}()
-	} else {
-		close(sideDone)
-	}
-	results := c.produce(ctx, recs...)
-	answer := func() {
-		<-sideDone
-		answerGroup(group, results)
-		cancel() // after the answers: releasing the deadline is no request's business
-	}
-	select {
-	case <-sideDone:
-		answer()
-	default:
-		go answer()
-	}
+	defer cancel()
+	answerGroup(group, c.produce(ctx, c.collect(ctx, group)...))
 }
 
-// collect gathers the group's records and side values. Each record is
-// produced under the group's deadline but in its own request's trace, so
-// the job keeps the trace of the request that submitted it (the producer's
-// hooks inject the traceparent from the record's context).
-func (c *Committer[S]) collect(ctx context.Context, group []*request[S]) ([]*kgo.Record, []S) {
-	var recs []*kgo.Record
+// flushSides runs alongside once with the side values of a group.
+func (c *Committer[S]) flushSides(group []*request[S]) {
+	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	defer cancel()
 	sides := make([]S, len(group))
 	for i, r := range group {
+		sides[i] = r.side
+	}
+	c.alongside(ctx, sides)
+	for _, r := range group {
+		r.finish()
+	}
+}
+
+// collect gathers the group's records. Each record is produced under the
+// group's deadline but in its own request's trace, so the job keeps the
+// trace of the request that submitted it (the producer's hooks inject the
+// traceparent from the record's context).
+func (c *Committer[S]) collect(ctx context.Context, group []*request[S]) []*kgo.Record {
+	var recs []*kgo.Record
+	for _, r := range group {
 		rctx := trace.ContextWithSpan(ctx, r.span)
 		for _, rec := range r.recs {
 			if rec.Context == nil {
 				rec.Context = rctx
 			}
 		}
-		recs, sides[i] = append(recs, r.recs...), r.side
+		recs = append(recs, r.recs...)
 	}
-	return recs, sides
+	return recs
 }
 
 // answerGroup hands every request of a produced group its own records'
@@ -175,7 +221,7 @@ func answerGroup[S any](group []*request[S], results kgo.ProduceResults) {
 		for i, rec := range r.recs {
 			r.errs[i] = resultErr(errs, rec)
 		}
-		close(r.done)
+		r.finish()
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -15,26 +16,27 @@ import (
 )
 
 // gate is a produce function that records each call's records and holds
-// the first call until released.
+// the first held calls (one unless set) until released.
 type gate struct {
 	mu      sync.Mutex
 	calls   [][]*kgo.Record
+	held    int
 	entered chan struct{}
 	release chan struct{}
 	fail    func(*kgo.Record) error
 }
 
 func newGate() *gate {
-	return &gate{entered: make(chan struct{}, 100), release: make(chan struct{})}
+	return &gate{held: 1, entered: make(chan struct{}, 100), release: make(chan struct{})}
 }
 
 func (g *gate) produce(_ context.Context, recs ...*kgo.Record) kgo.ProduceResults {
 	g.mu.Lock()
-	first := len(g.calls) == 0
+	hold := len(g.calls) < g.held
 	g.calls = append(g.calls, recs)
 	g.mu.Unlock()
 	g.entered <- struct{}{}
-	if first {
+	if hold {
 		<-g.release
 	}
 	out := make(kgo.ProduceResults, 0, len(recs))
@@ -48,10 +50,11 @@ func (g *gate) produce(_ context.Context, recs ...*kgo.Record) kgo.ProduceResult
 	return out
 }
 
+// queued counts the requests waiting for a produce slot.
 func (c *Committer[S]) queued() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.waiting)
+	c.records.mu.Lock()
+	defer c.records.mu.Unlock()
+	return len(c.records.waiting)
 }
 
 func waitQueued(t *testing.T, c *Committer[int], n int) {
@@ -67,26 +70,15 @@ func waitQueued(t *testing.T, c *Committer[int], n int) {
 
 func rec(key string) *kgo.Record { return &kgo.Record{Key: []byte(key), Topic: "t"} }
 
-// TestRequestsDuringAProduceShareTheNext: requests that arrive while a
-// produce is in flight go out together in the next produce call, each
-// answered with its own records' results; the side write runs once per
-// group with all of its records.
+// TestRequestsDuringAProduceShareTheNext: with one produce in flight,
+// requests that arrive while it is go out together in the next produce
+// call, each answered with its own records' results.
 func TestRequestsDuringAProduceShareTheNext(t *testing.T) {
 	g := newGate()
-	var sideMu sync.Mutex
-	var sides []int
-	c := New(g.produce, func(_ context.Context, group []int) {
-		sideMu.Lock()
-		sum := 0
-		for _, n := range group {
-			sum += n
-		}
-		sides = append(sides, sum)
-		sideMu.Unlock()
-	}, time.Minute)
+	c := New[int](g.produce, nil, time.Minute, 1)
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		if errs := c.Produce(context.Background(), 1, rec("first")); errs[0] != nil {
+		if errs := c.Produce(context.Background(), 0, rec("first")); errs[0] != nil {
 			t.Errorf("first: %v", errs)
 		}
 	})
@@ -94,7 +86,7 @@ func TestRequestsDuringAProduceShareTheNext(t *testing.T) {
 	const n = 10
 	for i := range n {
 		wg.Go(func() {
-			errs := c.Produce(context.Background(), 2, rec(fmt.Sprint("a", i)), rec(fmt.Sprint("b", i)))
+			errs := c.Produce(context.Background(), 0, rec(fmt.Sprint("a", i)), rec(fmt.Sprint("b", i)))
 			if len(errs) != 2 || errs[0] != nil || errs[1] != nil {
 				t.Errorf("request %d: %v", i, errs)
 			}
@@ -106,8 +98,87 @@ func TestRequestsDuringAProduceShareTheNext(t *testing.T) {
 	if len(g.calls) != 2 || len(g.calls[1]) != 2*n {
 		t.Fatalf("produce calls of %v records, want [1 %d]", lens(g.calls), 2*n)
 	}
-	if fmt.Sprint(sides) != fmt.Sprint([]int{1, 2 * n}) {
-		t.Fatalf("side writes of %v records, want [1 %d]", sides, 2*n)
+}
+
+// TestUpToInflightProducesAtOnce: a request goes out at once while fewer
+// than inflight produces are in flight, without waiting for the one before
+// it; once every slot is busy, requests wait and share the next call.
+func TestUpToInflightProducesAtOnce(t *testing.T) {
+	g := newGate()
+	g.held = 2
+	c := New[int](g.produce, nil, time.Minute, 2)
+	var wg sync.WaitGroup
+	produce := func(key string) {
+		wg.Go(func() {
+			if errs := c.Produce(context.Background(), 0, rec(key)); errs[0] != nil {
+				t.Errorf("%s: %v", key, errs)
+			}
+		})
+	}
+	produce("first")
+	<-g.entered
+	produce("second") // the first is held: the second takes the other slot
+	select {
+	case <-g.entered:
+	case <-time.After(20 * time.Second):
+		close(g.release)
+		t.Fatal("the second request waits for the first produce with a slot free")
+	}
+	const n = 5
+	for i := range n {
+		produce(fmt.Sprint("waiting", i))
+	}
+	waitQueued(t, c, n)
+	close(g.release)
+	wg.Wait()
+	if fmt.Sprint(lens(g.calls)) != fmt.Sprint([]int{1, 1, n}) {
+		t.Fatalf("produce calls of %v records, want [1 1 %d]", lens(g.calls), n)
+	}
+}
+
+// TestSideWritesDoNotWaitForProduces: a request's side value goes out while
+// its records still wait for a produce slot; every request is answered only
+// once its side write is done.
+func TestSideWritesDoNotWaitForProduces(t *testing.T) {
+	g := newGate()
+	var sideMu sync.Mutex
+	var sides []int // the sum of each side call's values
+	written := make(chan int, 100)
+	c := New(g.produce, func(_ context.Context, group []int) {
+		sum := 0
+		for _, n := range group {
+			sum += n
+		}
+		sideMu.Lock()
+		sides = append(sides, sum)
+		sideMu.Unlock()
+		written <- len(group)
+	}, time.Minute, 1)
+	var wg sync.WaitGroup
+	wg.Go(func() { c.Produce(context.Background(), 1, rec("first")) })
+	<-g.entered
+	const n = 10
+	for i := range n {
+		wg.Go(func() { c.Produce(context.Background(), 2, rec(fmt.Sprint("r", i))) })
+	}
+	// The first produce is still held: the side values of all 1+n requests
+	// are written meanwhile.
+	for got := 0; got < 1+n; {
+		select {
+		case k := <-written:
+			got += k
+		case <-time.After(20 * time.Second):
+			t.Fatalf("%d of %d side values written while the first produce is held", got, 1+n)
+		}
+	}
+	close(g.release)
+	wg.Wait()
+	total := 0
+	for _, v := range sides {
+		total += v
+	}
+	if total != 1+2*n || len(sides) > 1+n {
+		t.Fatalf("side calls %v: want every side value once (sum %d) in at most %d calls", sides, 1+2*n, 1+n)
 	}
 }
 
@@ -130,7 +201,7 @@ func TestFailureFailsOnlyItsRecords(t *testing.T) {
 		}
 		return nil
 	}
-	c := New[int](g.produce, nil, time.Minute)
+	c := New[int](g.produce, nil, time.Minute, 1)
 	var wg sync.WaitGroup
 	wg.Go(func() { c.Produce(context.Background(), 1, rec("first")) })
 	<-g.entered
@@ -153,8 +224,9 @@ func TestFailureFailsOnlyItsRecords(t *testing.T) {
 }
 
 // TestSlowSideWriteHoldsOnlyItsGroup: a request is not answered before its
-// group's side write is done (the api's GET after a 202 reads it), but a
-// side write still running does not hold the next group's produce.
+// side write is done (the api's GET after a 202 reads it), but a side write
+// still running holds neither the next request's produce nor, while a side
+// slot is free, its side write.
 func TestSlowSideWriteHoldsOnlyItsGroup(t *testing.T) {
 	produced := make(chan string, 10)
 	produce := func(_ context.Context, recs ...*kgo.Record) kgo.ProduceResults {
@@ -171,7 +243,7 @@ func TestSlowSideWriteHoldsOnlyItsGroup(t *testing.T) {
 			close(sideEntered)
 			<-sideRelease
 		}
-	}, time.Minute)
+	}, time.Minute, 2)
 	first := make(chan []error, 1)
 	go func() { first <- c.Produce(context.Background(), 1, rec("first")) }()
 	<-sideEntered
@@ -209,7 +281,7 @@ func TestSlowSideWriteHoldsOnlyItsGroup(t *testing.T) {
 // context's error) without failing the group for the others.
 func TestCallerGivesUp(t *testing.T) {
 	g := newGate()
-	c := New[int](g.produce, nil, time.Minute)
+	c := New[int](g.produce, nil, time.Minute, 1)
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	var mine []error
@@ -242,7 +314,7 @@ func TestRealBroker(t *testing.T) {
 		calls++
 		callsMu.Unlock()
 		return cl.ProduceSync(ctx, recs...)
-	}, nil, time.Minute)
+	}, nil, time.Minute, 4)
 	if errs := c.Produce(context.Background(), 0, &kgo.Record{Topic: "gc", Value: []byte("warm")}); errs[0] != nil {
 		t.Fatal(errs[0])
 	}
@@ -275,5 +347,54 @@ func TestRealBroker(t *testing.T) {
 		if seen[fmt.Sprint(i)] != 1 {
 			t.Errorf("record %d on the topic %d times", i, seen[fmt.Sprint(i)])
 		}
+	}
+}
+
+// TestSideWritesShareTheNextWhenAllSlotsAreBusy: while every side slot holds
+// a side write, the side values of the requests arriving meanwhile go out
+// together in one call once a slot frees.
+func TestSideWritesShareTheNextWhenAllSlotsAreBusy(t *testing.T) {
+	produce := func(_ context.Context, recs ...*kgo.Record) kgo.ProduceResults {
+		out := make(kgo.ProduceResults, len(recs))
+		for i, r := range recs {
+			out[i] = kgo.ProduceResult{Record: r}
+		}
+		return out
+	}
+	entered, release := make(chan struct{}, 100), make(chan struct{})
+	var mu sync.Mutex
+	var calls []int // values per side call, in call order
+	c := New(produce, func(_ context.Context, sides []int) {
+		mu.Lock()
+		calls = append(calls, len(sides))
+		mu.Unlock()
+		if sides[0] == 1 { // the requests that fill the slots
+			entered <- struct{}{}
+			<-release
+		}
+	}, time.Minute, 1)
+	var wg sync.WaitGroup
+	slots := sideSlotsPerProduce
+	for i := range slots {
+		wg.Go(func() { c.Produce(context.Background(), 1, rec(fmt.Sprint("held", i))) })
+		<-entered
+	}
+	const n = 10
+	for i := range n {
+		wg.Go(func() { c.Produce(context.Background(), 2, rec(fmt.Sprint("r", i))) })
+	}
+	testenv.Eventually(t, 20*time.Second, func() error {
+		c.sides.mu.Lock()
+		defer c.sides.mu.Unlock()
+		if len(c.sides.waiting) != n {
+			return fmt.Errorf("%d side values waiting, want %d", len(c.sides.waiting), n)
+		}
+		return nil
+	})
+	close(release)
+	wg.Wait()
+	want := append(slices.Repeat([]int{1}, slots), n)
+	if fmt.Sprint(calls) != fmt.Sprint(want) {
+		t.Fatalf("side calls of %v values, want %v", calls, want)
 	}
 }
