@@ -27,6 +27,16 @@ var migrations embed.FS
 // Migrations are the audit schema migrations; `ferry migrate` applies them.
 var Migrations = pgstore.Register("audit", migrations, "migrations")
 
+//go:embed migrations_indexes/*.sql
+var indexMigrations embed.FS
+
+// IndexMigrations change only the audit tables' indexes (which index
+// serves which query is in the files); a component of its own, so its
+// numbering never collides with Migrations'. Declared after Migrations,
+// in this file, so it registers after them and `ferry migrate` applies
+// it to the tables they create (components apply in registration order).
+var IndexMigrations = pgstore.Register("audit-indexes", indexMigrations, "migrations_indexes")
+
 // Migrate applies the audit migrations.
 func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
 	if err := Migrations.Apply(ctx, pool); err != nil {

@@ -18,6 +18,10 @@
 -- Building the unique index reads every partition while audit appends wait
 -- (they run in the projection, which catches up from Kafka afterwards;
 -- reads go on meanwhile).
+-- `ferry migrate up` used to apply these migrations before the table's own
+-- on a new database, so 0001's drop of audit_events_event found nothing
+-- and the index was created after it: dropped here for good.
+DROP INDEX IF EXISTS audit_events_event;
 DROP INDEX IF EXISTS audit_events_tenant_time;
 CREATE UNIQUE INDEX audit_events_tenant_time ON audit_events (tenant_id, occurred_at, event_id);
 ALTER TABLE audit_events DROP CONSTRAINT IF EXISTS audit_events_event_id_occurred_at_key;
