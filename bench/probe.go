@@ -244,9 +244,13 @@ func (p *Probe) scanTopic(ctx context.Context, topic string, from, to Offsets, f
 	return nil
 }
 
-// PGStats are database-wide counters of pg_stat_database.
+// PGStats are database-wide counters of pg_stat_database, and the
+// server's WAL counters (pg_stat_wal): WAL records and bytes are what every
+// row and index write costs beside its own page, full-page images the first
+// change of a page after a checkpoint.
 type PGStats struct {
 	XactCommit, TupInserted, TupUpdated, TupDeleted, TupFetched int64
+	WALRecords, WALFPI, WALBytes                                int64
 }
 
 func (p *Probe) pgStats(ctx context.Context) (PGStats, error) {
@@ -255,7 +259,12 @@ func (p *Probe) pgStats(ctx context.Context) (PGStats, error) {
 	_, _ = p.pg.Exec(ctx, `SELECT pg_stat_force_next_flush()`)
 	err := p.pg.QueryRow(ctx, `SELECT xact_commit, tup_inserted, tup_updated, tup_deleted, tup_fetched
 		FROM pg_stat_database WHERE datname = current_database()`).Scan(&s.XactCommit, &s.TupInserted, &s.TupUpdated, &s.TupDeleted, &s.TupFetched)
-	return s, err
+	if err != nil {
+		return s, err
+	}
+	// pg_stat_wal is server-wide (Postgres 14+); left at zero when absent.
+	_ = p.pg.QueryRow(ctx, `SELECT wal_records, wal_fpi, wal_bytes::bigint FROM pg_stat_wal`).Scan(&s.WALRecords, &s.WALFPI, &s.WALBytes)
+	return s, nil
 }
 
 // redisCalls is INFO commandstats: calls per command.
@@ -428,10 +437,12 @@ func (p *Probe) perJob(a, b Counters, n int) (string, map[string]any) {
 		XactCommit: b.PG.XactCommit - a.PG.XactCommit, TupInserted: b.PG.TupInserted - a.PG.TupInserted,
 		TupUpdated: b.PG.TupUpdated - a.PG.TupUpdated, TupDeleted: b.PG.TupDeleted - a.PG.TupDeleted,
 		TupFetched: b.PG.TupFetched - a.PG.TupFetched,
+		WALRecords: b.PG.WALRecords - a.PG.WALRecords, WALFPI: b.PG.WALFPI - a.PG.WALFPI, WALBytes: b.PG.WALBytes - a.PG.WALBytes,
 	}
-	s := fmt.Sprintf("per job: kafka records %.2f (%s); redis commands %.2f (%s); postgres commits %.3f, rows inserted %.2f, updated %.2f, fetched %.2f",
+	s := fmt.Sprintf("per job: kafka records %.2f (%s); redis commands %.2f (%s); postgres commits %.3f, rows inserted %.2f, updated %.2f, fetched %.2f, WAL records %.1f, WAL bytes %.0f, full-page images %.2f",
 		float64(total)/f, strings.Join(parts, ", "), float64(rtotal)/f, topPerJob(redisDelta, f),
-		float64(pg.XactCommit)/f, float64(pg.TupInserted)/f, float64(pg.TupUpdated)/f, float64(pg.TupFetched)/f)
+		float64(pg.XactCommit)/f, float64(pg.TupInserted)/f, float64(pg.TupUpdated)/f, float64(pg.TupFetched)/f,
+		float64(pg.WALRecords)/f, float64(pg.WALBytes)/f, float64(pg.WALFPI)/f)
 	deltas := tableDeltas(a.Tables, b.Tables)
 	tables, fetched := map[string]int64{}, map[string]int64{}
 	for k, d := range deltas {

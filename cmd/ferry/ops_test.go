@@ -83,6 +83,22 @@ func runtimeRole(t *testing.T, ownerURL string) (role, roleURL string) {
 // the whole stack runs as a role without DDL rights
 // (FERRY_POSTGRES_MIGRATE=false): a job succeeds, while the role cannot
 // change audit rows nor create tables.
+// indexCount is the number of indexes of table in the database at url.
+func indexCount(t *testing.T, url, table string) int {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var n int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_indexes WHERE tablename = $1`, table).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
 func TestMigrateAndLeastPrivilegeRole(t *testing.T) {
 	owner := testenv.Postgres(t)
 	vars := map[string]string{"FERRY_POSTGRES_URL": owner}
@@ -102,6 +118,11 @@ func TestMigrateAndLeastPrivilegeRole(t *testing.T) {
 	}
 	if code, out := ferryOps(t, vars, "migrate", "status"); code != 0 || strings.Contains(out, "pending") {
 		t.Fatalf("status after up: exit %d, %s", code, out)
+	}
+	// Components apply in order, so index migrations find their tables:
+	// the indexes `ferry migrate up` leaves are the services' own.
+	if n := indexCount(t, owner, "audit_events"); n != 3 {
+		t.Fatalf("audit_events has %d indexes after migrate up, want 3", n)
 	}
 	if code, out := ferryOps(t, vars, "migrate", "grant", role); code != 0 {
 		t.Fatalf("grant: exit %d, %s", code, out)

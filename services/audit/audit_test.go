@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/csv"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.uber.org/goleak"
@@ -420,6 +422,56 @@ func TestProjectionExactlyOnceOrderedAndIsolated(t *testing.T) {
 	}
 	if rep := b.verify(adminKey, auth.TenantHeader, "globex"); !rep.OK || rep.RowsChecked != int64(len(jobB)) {
 		t.Errorf("verify globex as admin: %+v", rep)
+	}
+}
+
+// TestOneUniqueIndexPerEvent: audit_events keeps three indexes, the one
+// ordering a tenant's events unique; it refuses a second row of an event
+// (same tenant, ce_time and ce_id) from any writer, and the projection,
+// given the event again, skips it instead of failing on it.
+func TestOneUniqueIndexPerEvent(t *testing.T) {
+	t.Parallel()
+	b := setup(t, audit.Config{})
+	ctx := context.Background()
+	recs := b.jobEvents("acme", "job_u", time.Now().UTC().Add(-time.Hour).Truncate(time.Second))
+	b.produce(recs...)
+	b.start()
+	b.waitRows(len(recs))
+
+	rows, err := b.super.Query(ctx, `SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'audit_events' ORDER BY 1`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defs := map[string]string{}
+	var name, def string
+	if _, err := pgx.ForEachRow(rows, []any{&name, &def}, func() error { defs[name] = def; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if len(defs) != 3 || !strings.Contains(defs["audit_events_tenant_time"], "UNIQUE INDEX") ||
+		!strings.Contains(defs["audit_events_tenant_time"], "(tenant_id, occurred_at, event_id)") ||
+		defs["audit_events_tenant_job"] == "" || defs["audit_events_chain"] == "" {
+		t.Fatalf("indexes of audit_events: %v", defs)
+	}
+	// The backstop: a copy of a recorded row, even with another seq, is refused.
+	_, err = b.super.Exec(ctx, `INSERT INTO audit_events SELECT event_id, tenant_id, job_id, type, attempt, occurred_at,
+		recorded_at, actor, trace_id, data, chain_id, seq + 1000, prev_hash, hash FROM audit_events LIMIT 1`)
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "23505" {
+		t.Fatalf("second row of an event: %v, want a unique violation", err)
+	}
+	// Delivered again, the events are skipped (not parked as poison), and
+	// the chains still verify. New events of the job on the same topics
+	// and partitions, produced after the copies, are recorded after them.
+	b.produce(recs[0], recs[3], recs[6])
+	later := b.jobEvents("acme", "job_u", time.Now().UTC().Add(-time.Hour/2).Truncate(time.Second))
+	b.produce(later[0], later[3], later[6])
+	b.waitRows(len(recs) + 3)
+	var parked int
+	if err := b.super.QueryRow(ctx, `SELECT count(*) FROM ferry_quarantine`).Scan(&parked); err != nil || parked != 0 {
+		t.Fatalf("parked records: %d (%v), want none", parked, err)
+	}
+	if rep := b.verify(b.keyA); !rep.OK || rep.RowsChecked != int64(len(recs)+3) {
+		t.Fatalf("verify: %+v", rep)
 	}
 }
 

@@ -19,7 +19,9 @@ import (
 // batches of 100 enqueued events, then a batch of those jobs' started and
 // completed events (one insert and one update per job). Beside the Go
 // figures it reports the CPU the database's backends spent per job
-// (pg-cpu-µs/job, from /proc, so only when Postgres runs on this machine).
+// (pg-cpu-µs/job, from /proc, so only when Postgres runs on this machine)
+// and the WAL records and bytes written per job (pg_stat_wal: the whole
+// server's, so exact only when nothing else writes to it meanwhile).
 //
 //	go test -run - -bench Apply -benchmem -benchtime 3000x ./services/api/internal/store
 func BenchmarkApply(b *testing.B) {
@@ -34,7 +36,7 @@ func BenchmarkApply(b *testing.B) {
 		}
 		batches = append(batches, enq, done)
 	}
-	pgBefore := backendCPU(b, s)
+	pgBefore, walBefore := backendCPU(b, s), walStats(b, s)
 	b.ResetTimer()
 	for _, recs := range batches {
 		s.applyTx(b, recs)
@@ -43,6 +45,18 @@ func BenchmarkApply(b *testing.B) {
 	if used := backendCPU(b, s) - pgBefore; used >= 0 {
 		b.ReportMetric(float64(used.Microseconds())/float64(b.N), "pg-cpu-µs/job")
 	}
+	wal := walStats(b, s)
+	b.ReportMetric(float64(wal[0]-walBefore[0])/float64(b.N), "wal-records/job")
+	b.ReportMetric(float64(wal[1]-walBefore[1])/float64(b.N), "wal-bytes/job")
+}
+
+// walStats are the server's WAL records and bytes so far (pg_stat_wal).
+func walStats(b *testing.B, s *Store) [2]int64 {
+	var w [2]int64
+	if err := s.pool.QueryRow(context.Background(), `SELECT wal_records, wal_bytes::bigint FROM pg_stat_wal`).Scan(&w[0], &w[1]); err != nil {
+		b.Fatal(err)
+	}
+	return w
 }
 
 // benchJob appends job i's enqueued event to enq and its started and

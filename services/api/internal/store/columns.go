@@ -55,6 +55,9 @@ type column struct {
 	expr string
 	// values collects the column's value of each job written.
 	values func(n int) columnValues
+	// one is the column's value of one job in a COPY of new rows, where
+	// it goes as it is stored (no expr).
+	one func(j *Job) any
 	// dest is where a read row's value is scanned.
 	dest func(r *scannedRow) any
 }
@@ -78,6 +81,7 @@ func col[T any](name string, g columnGroup, param string, get func(*Job) T, dest
 	return column{
 		name: name, group: g, param: param, dest: dest,
 		values: func(n int) columnValues { return &typedValues[T]{get: get, vals: make([]T, 0, n)} },
+		one:    func(j *Job) any { return get(j) },
 	}
 }
 
@@ -151,6 +155,12 @@ var jobColumns = []column{
 var tagsColumn = func() column {
 	c := col("tags", specColumn, "text", tagsJSON, func(r *scannedRow) any { return &r.Tags })
 	c.expr = "ARRAY(SELECT jsonb_array_elements_text(x.tags::jsonb))"
+	c.one = func(j *Job) any { // a COPY sends the text[] itself; NOT NULL
+		if j.Tags == nil {
+			return []string{}
+		}
+		return j.Tags
+	}
 	return c
 }()
 
@@ -230,13 +240,7 @@ func scanJobWith(row pgx.CollectableRow, extra ...any) (Job, error) {
 }
 
 // selectColumns is the SELECT list of a whole row, for scanJob.
-var selectColumns = func() string {
-	names := make([]string, len(jobColumns))
-	for i, c := range jobColumns {
-		names[i] = c.name
-	}
-	return strings.Join(names, ", ")
-}()
+var selectColumns = strings.Join(columnNames, ", ")
 
 // batchWrite is a statement writing many rows: one array parameter per
 // column (unnest), so the statement text is the same whatever the number
@@ -308,13 +312,32 @@ func upsertJobs(groups ...columnGroup) batchWrite {
 }
 
 var (
-	// writeWhole inserts new rows and rewrites rows whose specification
-	// changed.
+	// writeWhole rewrites rows whose specification changed (new rows go
+	// through copyNewJobs).
 	writeWhole = upsertJobs(specColumn, stateColumn)
 	// writeState rewrites where existing jobs are; their specification is
 	// unchanged and not sent.
 	writeState = upsertJobs(stateColumn)
 )
+
+// columnNames are the names of every column of jobColumns, in order: the
+// column list of a COPY of new rows.
+var columnNames = func() []string {
+	names := make([]string, len(jobColumns))
+	for i, c := range jobColumns {
+		names[i] = c.name
+	}
+	return names
+}()
+
+// copyRow is job j as one row of a COPY of columnNames.
+func copyRow(j *Job) []any {
+	row := make([]any, len(jobColumns))
+	for i, c := range jobColumns {
+		row[i] = c.one(j)
+	}
+	return row
+}
 
 // sameSpec reports whether a and b hold the same specification columns:
 // status.Row's specification and the creation time.

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -235,22 +236,29 @@ func fold(batch batchEvents, loaded map[jobKey]*Job, now time.Time) ([]*Job, *co
 	return writes, counts
 }
 
-// writeJobs writes each changed job, in key order, with one statement
-// per kind of write: rows whose specification is unchanged get their state
-// columns only; new rows, and rows whose specification changed (rare: an
-// enqueued event after the row was created from a later one), are written
-// whole. A row another transaction wrote meanwhile fails the batch with
-// ErrConcurrentWrite; the retry merges into it.
+// writeJobs writes each changed job, in key order: new rows with one COPY
+// (copyNewJobs), then one statement per kind of update: rows whose
+// specification is unchanged get their state columns only; rows whose
+// specification changed (rare: an enqueued event after the row was
+// created from a later one) are written whole. A row another transaction
+// wrote meanwhile fails the batch with ErrConcurrentWrite; the retry
+// merges into it.
 func writeJobs(ctx context.Context, tx pgx.Tx, writes []*Job, loaded map[jobKey]*Job) error {
 	slices.SortFunc(writes, func(a, b *Job) int { return compareKeys(jobKey{a.TenantID, a.ID}, jobKey{b.TenantID, b.ID}) })
-	var whole, state []*Job
+	var fresh, whole, state []*Job
 	for _, j := range writes {
 		before := loaded[jobKey{j.TenantID, j.ID}]
-		if before != nil && sameSpec(before, j) {
+		switch {
+		case before == nil:
+			fresh = append(fresh, j)
+		case sameSpec(before, j):
 			state = append(state, j)
-		} else {
+		default:
 			whole = append(whole, j)
 		}
+	}
+	if err := copyNewJobs(ctx, tx, fresh); err != nil {
+		return err
 	}
 	for _, w := range []struct {
 		stmt batchWrite
@@ -266,6 +274,34 @@ func writeJobs(ctx context.Context, tx pgx.Tx, writes []*Job, loaded map[jobKey]
 		if int(tag.RowsAffected()) != len(w.jobs) {
 			return ErrConcurrentWrite
 		}
+	}
+	return nil
+}
+
+// copyNewJobs inserts rows no transaction had written when the batch
+// loaded them, with one COPY: Postgres reads each value as it is stored
+// and inserts the rows a page at a time (one WAL record per page, not per
+// row), where an INSERT … SELECT FROM unnest would first decode one array
+// per column and materialize the rows. When another transaction inserted
+// one of the jobs meanwhile, the primary key stops the COPY (the batch's
+// transaction is then void) and the batch is retried as
+// ErrConcurrentWrite, never as a poison record (a unique violation
+// otherwise is one, platform/quarantine).
+func copyNewJobs(ctx context.Context, tx pgx.Tx, jobs []*Job) error {
+	if len(jobs) == 0 {
+		return nil
+	}
+	n, err := tx.CopyFrom(ctx, pgx.Identifier{"jobs"}, columnNames, pgx.CopyFromSlice(len(jobs), func(i int) ([]any, error) {
+		return copyRow(jobs[i]), nil
+	}))
+	var pgErr *pgconn.PgError
+	switch {
+	case errors.As(err, &pgErr) && pgErr.Code == "23505" && pgErr.ConstraintName == "jobs_pkey":
+		return ErrConcurrentWrite
+	case err != nil:
+		return fmt.Errorf("store: insert jobs: %w", err)
+	case int(n) != len(jobs):
+		return fmt.Errorf("store: insert jobs: %d of %d copied", n, len(jobs))
 	}
 	return nil
 }

@@ -27,6 +27,16 @@ var migrations embed.FS
 // Migrations are the audit schema migrations; `ferry migrate` applies them.
 var Migrations = pgstore.Register("audit", migrations, "migrations")
 
+//go:embed migrations_indexes/*.sql
+var indexMigrations embed.FS
+
+// IndexMigrations change only the audit tables' indexes (which index
+// serves which query is in the files); a component of its own, so its
+// numbering never collides with Migrations'. Declared after Migrations,
+// in this file, so it registers after them and `ferry migrate` applies
+// it to the tables they create (components apply in registration order).
+var IndexMigrations = pgstore.Register("audit-indexes", indexMigrations, "migrations_indexes")
+
 // Migrate applies the audit migrations.
 func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
 	if err := Migrations.Apply(ctx, pool); err != nil {
@@ -242,23 +252,20 @@ func lockHeads(ctx context.Context, tx pgx.Tx, rows []*pending) (map[string]chai
 }
 
 // dropRecorded drops the rows whose event is already recorded. A second
-// copy of an event (a producer's retry) carries the same ce_time, so the
-// lookup is bounded to the batch's range of occurred_at: only the
-// partitions of that range are searched, not every month retention keeps.
+// copy of an event (a producer's retry) carries the same tenant and
+// ce_time, so each lookup is one probe of the unique index on (tenant_id,
+// occurred_at, event_id) in the partition of its time (a lateral subquery
+// per event: the planner cannot turn it into a scan of the partition, as
+// it could a join with the key arrays), not a search of every month
+// retention keeps.
 func dropRecorded(ctx context.Context, tx pgx.Tx, rows []*pending) ([]*pending, error) {
-	ids := make([]string, len(rows))
-	first, last := rows[0].Occurred, rows[0].Occurred
+	tenants, times, ids := make([]string, len(rows)), make([]time.Time, len(rows)), make([]string, len(rows))
 	for i, p := range rows {
-		ids[i] = p.EventID
-		if p.Occurred.Before(first) {
-			first = p.Occurred
-		}
-		if p.Occurred.After(last) {
-			last = p.Occurred
-		}
+		tenants[i], times[i], ids[i] = p.TenantID, p.Occurred, p.EventID
 	}
-	res, err := tx.Query(ctx, `SELECT event_id FROM audit_events
-		WHERE event_id = ANY($1) AND occurred_at BETWEEN $2 AND $3`, ids, first, last)
+	res, err := tx.Query(ctx, `SELECT a.event_id FROM unnest($1::text[], $2::timestamptz[], $3::text[]) AS k(t, o, e)
+		CROSS JOIN LATERAL (SELECT event_id FROM audit_events
+			WHERE tenant_id = k.t AND occurred_at = k.o AND event_id = k.e LIMIT 1) a`, tenants, times, ids)
 	if err != nil {
 		return nil, fmt.Errorf("audit: find recorded events: %w", err)
 	}
