@@ -71,7 +71,7 @@ func (b *Bench) console(ctx context.Context) Result {
 		notes = append(notes, fmt.Sprintf("%s p50 %.1f ms p95 %.1f ms", c.name, p.P50, p.P95))
 	}
 	r.setPercentiles(Summarize(all))
-	r.extraRecords = map[string]any{"calls": perCall}
+	r.addRecord("calls", perCall)
 	r.Notes = fmt.Sprintf("%d jobs and %d dead-letter entries seeded with COPY in %.1f s; each call %d times (limit 50, as the pages ask); ",
 		n, n, seeded.Seconds(), consoleReps) + strings.Join(append(notes, b.noise), "; ")
 	return r

@@ -87,7 +87,7 @@ func (b *Bench) flowCost(ctx context.Context) Result {
 		notes = append(notes, fmt.Sprintf("%s: e2e %.0f jobs/s, redis commands %.2f per job, lost %d, duplicated %d (%s)",
 			p.name, pr.E2EJobsPerS, detail["redis_per_job"], pr.Lost, pr.Duplicated, pr.Notes))
 	}
-	r.extraRecords = map[string]any{"phases": phases}
+	r.addRecord("phases", phases)
 	r.Notes = strings.Join(append(notes, "e2e_jobs_per_s and p*_ms: the flow-controlled phase", b.noise), "; ")
 	return r
 }

@@ -147,7 +147,7 @@ func (p *Probe) readStages(ctx context.Context, stages []stage, from, to Offsets
 }
 
 // stageSummary formats, per stage, the first, median and last time after
-// t0 (seconds), and, per gap, the jobs' p50 and max (ms).
+// t0 (seconds), and, per gap, the jobs' p50, p95, p99 and max (ms).
 func stageSummary(stages []stage, gaps [][2]string, times stageTimes, t0 time.Time) (string, map[string]any) {
 	var parts []string
 	detail := map[string]any{}

@@ -27,6 +27,15 @@ type Result struct {
 	extraRecords map[string]any
 }
 
+// addRecord adds key to the fields the results file carries beside the
+// docs/benchmark.md ones (FileLine).
+func (r *Result) addRecord(key string, v any) {
+	if r.extraRecords == nil {
+		r.extraRecords = map[string]any{}
+	}
+	r.extraRecords[key] = v
+}
+
 // Line is the JSON line of r as docs/benchmark.md shapes it (stdout).
 func (r Result) Line() []byte {
 	b, _ := json.Marshal(r)

@@ -265,7 +265,7 @@ func (b *Bench) throughput(ctx context.Context) Result {
 	notes = append(notes, accounted...)
 	s, detail := b.probe.perJob(before, after, len(sub.ids))
 	notes = append(notes, s)
-	r.extraRecords = map[string]any{"counters": detail}
+	r.addRecord("counters", detail)
 	r.Notes = strings.Join(append(notes, b.noise), "; ")
 	return r
 }
@@ -399,10 +399,7 @@ func (b *Bench) latency(ctx context.Context) Result {
 	// 1k/s than in the throughput workload.
 	s, detail := b.probe.perJob(before, after, len(o.ids))
 	notes = append(notes, s)
-	if r.extraRecords == nil {
-		r.extraRecords = map[string]any{}
-	}
-	r.extraRecords["counters"] = detail
+	r.addRecord("counters", detail)
 	r.Notes = strings.Join(append(notes, b.noise), "; ")
 	return r
 }
@@ -417,10 +414,7 @@ func (b *Bench) latencyStageNotes(ctx context.Context, r *Result, from, to Offse
 	}
 	sr.times["answered"] = o.answered
 	s, detail := stageSummary(latencyStages, latencyGaps, sr.times, o.t0)
-	if r.extraRecords == nil {
-		r.extraRecords = map[string]any{}
-	}
-	r.extraRecords["stages"] = detail
+	r.addRecord("stages", detail)
 	return []string{s}
 }
 
@@ -693,14 +687,11 @@ func (b *Bench) retryStageNotes(ctx context.Context, r *Result, run batchRun, to
 	detail["submitted_s"] = round(run.submitted.Sub(run.t0).Seconds(), 3)
 	detail["projection_seen_done_s"] = round(run.seenDone.Sub(run.t0).Seconds(), 3)
 	detail["attempt2_leased_ahead"] = sr.leasedFor
-	if r.extraRecords == nil {
-		r.extraRecords = map[string]any{}
-	}
-	r.extraRecords["stages"] = detail
+	r.addRecord("stages", detail)
 	// Per retried job (two attempts: a failure, a retry decision, a
 	// completion), the counters the per-job budget reads for a plain one.
 	perJob, counters := b.probe.perJob(run.before, b.probe.counters(ctx), len(run.ids))
-	r.extraRecords["counters"] = counters
+	r.addRecord("counters", counters)
 	return []string{"from its first submission to the end of its log check, " + perJob,
 		fmt.Sprintf("submission answered at %.2f s; the bench saw all done in the projection at %.2f s",
 			run.submitted.Sub(run.t0).Seconds(), run.seenDone.Sub(run.t0).Seconds()),
