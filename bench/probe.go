@@ -354,6 +354,33 @@ func (p *Probe) counters(ctx context.Context) Counters {
 	return c
 }
 
+// pgFlushed re-reads Postgres's statistics into c until they stop moving:
+// a backend reports its counts at most once a second, and an idle one only
+// after ~10 s, so counters read right after a workload miss the last
+// batches' rows. CPU and the other counters stay as c read them.
+func (p *Probe) pgFlushed(ctx context.Context, c Counters, limit time.Duration) Counters {
+	writes := func(ts map[string]tableStats) (n int64) {
+		for _, t := range ts {
+			n += t.Writes
+		}
+		return n
+	}
+	for deadline := time.Now().Add(limit); time.Now().Before(deadline) && ctx.Err() == nil; {
+		time.Sleep(time.Second)
+		tables, err := p.tableStats(ctx)
+		if err != nil {
+			return c
+		}
+		stable := writes(tables) == writes(c.Tables)
+		c.Tables = tables
+		c.PG, _ = p.pgStats(ctx)
+		if stable {
+			break
+		}
+	}
+	return c
+}
+
 // tableStats are one table's counters of pg_stat_user_tables.
 type tableStats struct {
 	// Writes are rows inserted + updated + deleted.
