@@ -15,6 +15,14 @@ import (
 // creation, and is stopped when the test ends.
 func Kafka(t testing.TB) (brokers string) {
 	t.Helper()
+	return KafkaBroker(t).Addr()
+}
+
+// KafkaBroker is [Kafka] for a test that also steers the broker: its
+// Cluster takes control functions that answer requests in its place
+// (refused produces, slow fetches).
+func KafkaBroker(t testing.TB) *devstack.Kafka {
+	t.Helper()
 	k, err := devstack.StartKafka(devstack.KafkaConfig{Addr: "127.0.0.1:0"})
 	if err != nil {
 		t.Fatalf("testenv: %v", err)
@@ -26,5 +34,5 @@ func Kafka(t testing.TB) (brokers string) {
 			t.Errorf("testenv: %v", err)
 		}
 	})
-	return k.Addr()
+	return k
 }
