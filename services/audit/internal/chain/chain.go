@@ -36,8 +36,10 @@ type Row struct {
 	Occurred time.Time
 	Actor    string
 	TraceID  string
-	// Data is the event data exactly as Postgres renders the stored jsonb
-	// (data::text), so a hash recomputed from a stored row matches.
+	// Data is the event data exactly as stored (data::text): the text the
+	// event carried, which the json column keeps byte for byte (rows
+	// stored while the column was jsonb: the text Postgres rendered for
+	// it), so a hash recomputed from a stored row matches.
 	Data []byte
 }
 
