@@ -345,10 +345,15 @@ func TestProjectionExactlyOnceOrderedAndIsolated(t *testing.T) {
 			t.Errorf("event %d occurred %v", i, e.OccurredAt)
 		}
 	}
-	// Postgres cannot store a \u0000 in jsonb: that event's data is kept
-	// as a JSON string holding the original text.
-	var failedText string
-	if err := json.Unmarshal(got[3].Data, &failedText); err != nil || !strings.Contains(failedText, `"class":"app_error"`) {
+	// Every event's data is the text it carried, byte for byte, the
+	// failed event's \u0000 included.
+	for i, e := range got {
+		if !bytes.Equal(e.Data, jobA[i].Value) {
+			t.Errorf("event %d data %s, want %s", i, e.Data, jobA[i].Value)
+		}
+	}
+	var failed schema.Failed
+	if err := json.Unmarshal(got[3].Data, &failed); err != nil || failed.Error.Message != "boom \u0000 nul" {
 		t.Errorf("failed event data: %s (%v)", got[3].Data, err)
 	}
 	if got[0].TraceID != "4bf92f3577b34da6a3ce929d0e0e4736" || got[2].TraceID != "" {
@@ -422,6 +427,61 @@ func TestProjectionExactlyOnceOrderedAndIsolated(t *testing.T) {
 	}
 	if rep := b.verify(adminKey, auth.TenantHeader, "globex"); !rep.OK || rep.RowsChecked != int64(len(jobB)) {
 		t.Errorf("verify globex as admin: %+v", rep)
+	}
+}
+
+// TestDataKeptAsReceived: an event's data is stored, listed, exported and
+// hashed as the text it carried, including what jsonb would rewrite (key
+// order, a repeated key, number spelling) or refuse (a \u0000, a lone
+// surrogate, a number beyond numeric); and a batch that repeats events
+// already recorded appends only its new events, in an unbroken chain.
+func TestDataKeptAsReceived(t *testing.T) {
+	t.Parallel()
+	b := setup(t, audit.Config{ExportBatch: 2})
+	t0 := time.Now().UTC().Add(-time.Hour).Truncate(time.Second)
+	ref := schema.JobRef{JobID: "job_d", TenantID: "acme", Attempt: 1}
+	at := func(i int) time.Time { return t0.Add(time.Duration(i) * time.Second) }
+	odd := json.RawMessage(`{"z":1,"a":[1.50,1E+2,-0],"a":"again","nul":"x\u0000y","lone":"\ud800","big":1e1000000,"html":"\u003cb\u003e"}`)
+	recs := []*kgo.Record{
+		b.rec("ferry/worker", schema.Started{JobRef: ref, WorkerID: "w1", DispatchID: "d1", StartedAt: at(0)}, at(0), ""),
+		b.rec("ferry/worker", schema.Progress{JobRef: ref, WorkerID: "w1", DispatchID: "d1", Percent: 10, At: at(1)}, at(1), ""),
+		b.rec("ferry/worker", schema.Progress{JobRef: ref, WorkerID: "w1", DispatchID: "d1", Percent: 60, At: at(2)}, at(2), ""),
+		b.rec("ferry/worker", schema.Completed{JobRef: ref, WorkerID: "w1", DispatchID: "d1", Result: odd, StartedAt: at(0), FinishedAt: at(3)}, at(3), ""),
+	}
+	if !bytes.Contains(recs[3].Value, odd) {
+		t.Fatalf("the record does not carry the result as written: %s", recs[3].Value)
+	}
+	b.produce(recs[:2]...)
+	b.start()
+	b.waitRows(2)
+	b.stop()
+	// One batch: both recorded events again, between the new ones.
+	b.produce(recs[2], recs[0], recs[3], recs[1])
+	b.start()
+	b.waitRows(len(recs))
+
+	got := b.list(b.keyA, "job_id=job_d", 100)
+	if len(got) != len(recs) {
+		t.Fatalf("got %d events, want %d", len(got), len(recs))
+	}
+	for i, e := range got {
+		if !bytes.Equal(e.Data, recs[i].Value) {
+			t.Errorf("event %d data %s, want %s", i, e.Data, recs[i].Value)
+		}
+	}
+	r := b.get(b.keyA, "/v1/audit/export?job_id=job_d")
+	lines := bytes.Split(bytes.TrimSpace(r.Raw), []byte("\n"))
+	if r.Status != http.StatusOK || len(lines) != len(recs) {
+		t.Fatalf("export: %d, %d lines: %s", r.Status, len(lines), r.Raw)
+	}
+	for i, line := range lines {
+		var e event
+		if err := json.Unmarshal(line, &e); err != nil || !bytes.Equal(e.Data, recs[i].Value) {
+			t.Errorf("export line %d: %s (%v)", i, line, err)
+		}
+	}
+	if rep := b.verify(b.keyA); !rep.OK || rep.RowsChecked != int64(len(recs)) {
+		t.Errorf("verify: %+v", rep)
 	}
 }
 
@@ -534,7 +594,7 @@ func TestAppendOnlyAndTamperDetection(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	tamper(`UPDATE audit_events SET data = jsonb_set(data, '{percent}', '99') WHERE event_id = $1`, altered.EventID)
+	tamper(`UPDATE audit_events SET data = jsonb_set(data::jsonb, '{percent}', '99')::json WHERE event_id = $1`, altered.EventID)
 	rep := b.verify(b.keyA)
 	if rep.OK || len(rep.Broken) != 1 || rep.Broken[0].EventID != altered.EventID || rep.Broken[0].Seq != altered.Seq ||
 		rep.Broken[0].ChainID != altered.ChainID || rep.Broken[0].Reason != "hash_mismatch" {
@@ -558,7 +618,7 @@ func TestAppendOnlyAndTamperDetection(t *testing.T) {
 	}
 
 	// Put the altered row back as it was: it verifies again.
-	tamper(`UPDATE audit_events SET data = $2::jsonb WHERE event_id = $1`, altered.EventID, string(altered.Data))
+	tamper(`UPDATE audit_events SET data = $2::json WHERE event_id = $1`, altered.EventID, string(altered.Data))
 	// Removing a middle row of the chain: the next row reports the gap.
 	tamper(`DELETE FROM audit_events WHERE event_id = $1`, progress[2].EventID)
 	rep = b.verify(b.keyA)

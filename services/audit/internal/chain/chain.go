@@ -36,8 +36,10 @@ type Row struct {
 	Occurred time.Time
 	Actor    string
 	TraceID  string
-	// Data is the event data exactly as Postgres renders the stored jsonb
-	// (data::text), so a hash recomputed from a stored row matches.
+	// Data is the event data exactly as stored (data::text): the text the
+	// event carried, which the json column keeps byte for byte (rows
+	// stored while the column was jsonb: the text Postgres rendered for
+	// it), so a hash recomputed from a stored row matches.
 	Data []byte
 }
 
@@ -46,32 +48,41 @@ type Row struct {
 // endian), integers as int64 big endian, the time as Unix microseconds.
 // Length prefixes make the encoding injective: no two rows share it.
 func Encode(r Row) []byte {
-	var b bytes.Buffer
-	str := func(s []byte) {
-		_ = binary.Write(&b, binary.BigEndian, uint32(len(s)))
-		b.Write(s)
-	}
-	i64 := func(v int64) { _ = binary.Write(&b, binary.BigEndian, v) }
-	str([]byte(domain))
-	str([]byte(r.ChainID))
-	i64(r.Seq)
-	str(r.PrevHash)
-	str([]byte(r.EventID))
-	str([]byte(r.TenantID))
-	str([]byte(r.JobID))
-	str([]byte(r.Type))
-	i64(int64(r.Attempt))
-	i64(r.Occurred.UnixMicro())
-	str([]byte(r.Actor))
-	str([]byte(r.TraceID))
-	str(r.Data)
-	return b.Bytes()
+	return appendEncoding(nil, &r)
 }
 
-// Hash is SHA-256 over Encode(r).
+// Hash is SHA-256 over Encode(r). The projection hashes every row it
+// appends, so the encoding goes to a buffer on the stack when it fits (a
+// row's fixed fields and usual data do) rather than to a fresh one.
 func Hash(r Row) []byte {
-	h := sha256.Sum256(Encode(r))
+	var buf [1024]byte
+	h := sha256.Sum256(appendEncoding(buf[:0], &r))
 	return h[:]
+}
+
+// appendEncoding appends Encode(*r) to b.
+func appendEncoding(b []byte, r *Row) []byte {
+	b = appendString(b, domain)
+	b = appendString(b, r.ChainID)
+	b = binary.BigEndian.AppendUint64(b, uint64(r.Seq))
+	b = appendBytes(b, r.PrevHash)
+	b = appendString(b, r.EventID)
+	b = appendString(b, r.TenantID)
+	b = appendString(b, r.JobID)
+	b = appendString(b, r.Type)
+	b = binary.BigEndian.AppendUint64(b, uint64(int64(r.Attempt)))
+	b = binary.BigEndian.AppendUint64(b, uint64(r.Occurred.UnixMicro()))
+	b = appendString(b, r.Actor)
+	b = appendString(b, r.TraceID)
+	return appendBytes(b, r.Data)
+}
+
+func appendString(b []byte, s string) []byte {
+	return append(binary.BigEndian.AppendUint32(b, uint32(len(s))), s...)
+}
+
+func appendBytes(b, s []byte) []byte {
+	return append(binary.BigEndian.AppendUint32(b, uint32(len(s))), s...)
 }
 
 // ID names the chain of a tenant's events on one Kafka topic partition.

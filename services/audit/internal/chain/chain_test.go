@@ -2,6 +2,8 @@ package chain
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"testing"
 	"time"
 )
@@ -31,6 +33,29 @@ func TestHashCoversEveryField(t *testing.T) {
 		if bytes.Equal(Hash(r), base) {
 			t.Errorf("changing %s does not change the hash", name)
 		}
+	}
+}
+
+// TestHashIsStable pins the encoding: rows already stored must verify
+// under any later implementation of it.
+func TestHashIsStable(t *testing.T) {
+	empty := row()
+	empty.Data, empty.TraceID = nil, ""
+	for want, r := range map[string]Row{
+		"db786258b7eb7192d284faf4c2994c972cf165d6ff044b400b45d505e41e492d": row(),
+		"0c36b022f62187ee770a30065c747af1c001aeb3ad17337dc2d5b224a2efd3f3": empty,
+	} {
+		if got := hex.EncodeToString(Hash(r)); got != want {
+			t.Errorf("Hash = %s, want %s", got, want)
+		}
+		if sum := sha256.Sum256(Encode(r)); !bytes.Equal(sum[:], Hash(r)) {
+			t.Error("Hash is not SHA-256 over Encode")
+		}
+	}
+	big := row()
+	big.Data = bytes.Repeat([]byte("x"), 5000)
+	if sum := sha256.Sum256(Encode(big)); !bytes.Equal(sum[:], Hash(big)) || len(Encode(big)) < 5000 {
+		t.Error("a row beyond the stack buffer hashes differently")
 	}
 }
 

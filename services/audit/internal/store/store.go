@@ -9,9 +9,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -57,19 +59,13 @@ func New(pool *pgxpool.Pool, log *slog.Logger, now func() time.Time) *Store {
 	return &Store{pool: pool, log: log, now: now}
 }
 
-// pending is a decoded record on its way to a row.
-type pending struct {
-	chain.Row
-	rawData string
-}
-
 // Apply appends one row per new lifecycle event of recs, inside tx, in
 // named steps: decode the records (each once), lock the heads of the
-// chains they extend, drop events an earlier batch recorded, render each
-// event's data as Postgres will store it, chain the rows (seq, prev_hash,
-// hash) and append them with one COPY, then move the heads. Records that
-// do not decode are logged and skipped; events already recorded (same
-// ce_id) are skipped, so duplicate deliveries never make a second row.
+// chains they extend, chain the rows (seq, prev_hash, hash) and append
+// them with one COPY, leaving out events an earlier batch recorded, then
+// move the heads. Records that do not decode are logged and skipped;
+// events already recorded (same ce_id) are skipped, so duplicate
+// deliveries never make a second row.
 func (s *Store) Apply(ctx context.Context, tx pgx.Tx, recs []*kgo.Record) error {
 	rows := s.decodeRows(ctx, recs)
 	if len(rows) == 0 {
@@ -81,15 +77,7 @@ func (s *Store) Apply(ctx context.Context, tx pgx.Tx, recs []*kgo.Record) error 
 	if err != nil {
 		return err
 	}
-	// With the heads locked, drop events an earlier batch already recorded.
-	if rows, err = dropRecorded(ctx, tx, rows); err != nil || len(rows) == 0 {
-		return err
-	}
-	if err := canonicalData(ctx, tx, rows); err != nil {
-		return err
-	}
-	hashes := chainRows(rows, heads)
-	if err := copyRows(ctx, tx, rows, hashes, s.now().UTC()); err != nil {
+	if err := appendNew(ctx, tx, rows, heads, s.now().UTC()); err != nil {
 		return err
 	}
 	return advanceHeads(ctx, tx, heads)
@@ -98,10 +86,12 @@ func (s *Store) Apply(ctx context.Context, tx pgx.Tx, recs []*kgo.Record) error 
 // decodeRows turns the records the audit log keeps into rows to chain,
 // each event once even when the batch holds it twice. It decodes with
 // projection.Decode (shared with the other projections of a shared reader:
-// read, never changed).
-func (s *Store) decodeRows(ctx context.Context, recs []*kgo.Record) []*pending {
-	var rows []*pending
-	seen := map[string]bool{}
+// read, never changed). A row's data is the record's value as received:
+// the json column keeps that text byte for byte, so the hash covers
+// exactly what verification reads back.
+func (s *Store) decodeRows(ctx context.Context, recs []*kgo.Record) []*chain.Row {
+	rows := make([]*chain.Row, 0, len(recs))
+	seen := make(map[string]bool, len(recs))
 	for _, r := range recs {
 		ev, err := projection.Decode(ctx, r)
 		if err != nil {
@@ -113,33 +103,65 @@ func (s *Store) decodeRows(ctx context.Context, recs []*kgo.Record) []*pending {
 			continue
 		}
 		seen[ev.ID] = true
-		rows = append(rows, &pending{
-			Row: chain.Row{
-				ChainID:  chain.ID(ref.TenantID, r.Topic, r.Partition),
-				EventID:  ev.ID,
-				TenantID: ref.TenantID,
-				JobID:    ref.JobID,
-				Type:     typ,
-				Attempt:  ref.Attempt,
-				Occurred: ev.Time.UTC().Truncate(time.Microsecond),
-				Actor:    actorOf(ev),
-				TraceID:  chain.TraceID(ev.TraceParent),
-			},
-			rawData: string(r.Value),
+		rows = append(rows, &chain.Row{
+			ChainID:  chain.ID(ref.TenantID, r.Topic, r.Partition),
+			EventID:  ev.ID,
+			TenantID: ref.TenantID,
+			JobID:    ref.JobID,
+			Type:     typ,
+			Attempt:  ref.Attempt,
+			Occurred: ev.Time.UTC().Truncate(time.Microsecond),
+			Actor:    actorOf(ev),
+			TraceID:  chain.TraceID(ev.TraceParent),
+			Data:     r.Value,
 		})
 	}
 	return rows
 }
 
+// appendNew chains and appends the rows whose event no earlier batch
+// recorded. Such a copy is rare (a producer's retry of an event already
+// stored), and the unique index on (tenant_id, occurred_at, event_id)
+// refuses it anyway (a copy carries the same three), so the batch is first
+// appended whole under a savepoint; only when the index refuses a row are
+// the batch's events looked up, and the rest chained again from the locked
+// heads and appended. That spares every batch a lookup of each event.
+func appendNew(ctx context.Context, tx pgx.Tx, rows []*chain.Row, heads map[string]chain.Position, recorded time.Time) error {
+	locked := maps.Clone(heads)
+	sp, err := tx.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("audit: savepoint: %w", err)
+	}
+	err = copyRows(ctx, sp, rows, chainRows(rows, heads), recorded)
+	if err == nil {
+		return sp.Commit(ctx)
+	}
+	if rbErr := sp.Rollback(ctx); rbErr != nil || !isUniqueViolation(err) {
+		return errors.Join(err, rbErr)
+	}
+	maps.Copy(heads, locked)
+	if rows, err = dropRecorded(ctx, tx, rows); err != nil || len(rows) == 0 {
+		return err
+	}
+	return copyRows(ctx, tx, rows, chainRows(rows, heads), recorded)
+}
+
+// isUniqueViolation reports whether err is Postgres refusing a second row
+// under a unique index (SQLSTATE 23505, unique_violation).
+func isUniqueViolation(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "23505"
+}
+
 // chainRows gives each row the next seq of its chain and the previous
 // row's hash, and returns each row's hash; heads end at each chain's last
 // row.
-func chainRows(rows []*pending, heads map[string]chain.Position) [][]byte {
+func chainRows(rows []*chain.Row, heads map[string]chain.Position) [][]byte {
 	hashes := make([][]byte, len(rows))
 	for i, p := range rows {
 		h := heads[p.ChainID]
 		p.Seq, p.PrevHash = h.Seq+1, h.Hash
-		hashes[i] = chain.Hash(p.Row)
+		hashes[i] = chain.Hash(*p)
 		heads[p.ChainID] = chain.Position{Seq: p.Seq, Hash: hashes[i]}
 	}
 	return hashes
@@ -151,9 +173,10 @@ var auditColumns = []string{"event_id", "tenant_id", "job_id", "type", "attempt"
 
 // copyRows appends the chained rows with COPY: rows are only ever
 // appended, and COPY inserts a batch with one statement and no per-row
-// parsing of parameters. data is the canonical text canonicalData made,
-// so Postgres stores exactly what the hash covers.
-func copyRows(ctx context.Context, tx pgx.Tx, rows []*pending, hashes [][]byte, recorded time.Time) error {
+// parsing of parameters. data goes to a json column, which checks that it
+// is JSON and stores the text as given (jsonb would parse it into a tree
+// and render it anew).
+func copyRows(ctx context.Context, tx pgx.Tx, rows []*chain.Row, hashes [][]byte, recorded time.Time) error {
 	n, err := tx.CopyFrom(ctx, pgx.Identifier{"audit_events"}, auditColumns, pgx.CopyFromSlice(len(rows), func(i int) ([]any, error) {
 		p := rows[i]
 		return []any{p.EventID, p.TenantID, p.JobID, p.Type, int32(p.Attempt), p.Occurred, recorded,
@@ -217,7 +240,7 @@ func subjectOf(d schema.Data) (schema.JobRef, string, bool) {
 	return schema.JobRef{}, "", false
 }
 
-func lockHeads(ctx context.Context, tx pgx.Tx, rows []*pending) (map[string]chain.Position, error) {
+func lockHeads(ctx context.Context, tx pgx.Tx, rows []*chain.Row) (map[string]chain.Position, error) {
 	tenantOf := map[string]string{}
 	for _, p := range rows {
 		tenantOf[p.ChainID] = p.TenantID
@@ -258,7 +281,7 @@ func lockHeads(ctx context.Context, tx pgx.Tx, rows []*pending) (map[string]chai
 // per event: the planner cannot turn it into a scan of the partition, as
 // it could a join with the key arrays), not a search of every month
 // retention keeps.
-func dropRecorded(ctx context.Context, tx pgx.Tx, rows []*pending) ([]*pending, error) {
+func dropRecorded(ctx context.Context, tx pgx.Tx, rows []*chain.Row) ([]*chain.Row, error) {
 	tenants, times, ids := make([]string, len(rows)), make([]time.Time, len(rows)), make([]string, len(rows))
 	for i, p := range rows {
 		tenants[i], times[i], ids[i] = p.TenantID, p.Occurred, p.EventID
@@ -284,51 +307,4 @@ func dropRecorded(ctx context.Context, tx pgx.Tx, rows []*pending) ([]*pending, 
 		}
 	}
 	return out, nil
-}
-
-// canonicalData sets each row's Data to the text Postgres renders for the
-// jsonb it will store, so the hash covers exactly what verification reads
-// back. Data Postgres cannot store as jsonb (a \u0000 in a string, numbers
-// beyond numeric) is kept as a JSON string holding the original text.
-func canonicalData(ctx context.Context, tx pgx.Tx, rows []*pending) error {
-	raw := make([]string, len(rows))
-	for i, p := range rows {
-		raw[i] = p.rawData
-	}
-	out := make([][]byte, 0, len(rows))
-	scan := func(q string) error {
-		out = out[:0]
-		res, err := tx.Query(ctx, q, raw)
-		if err != nil {
-			return err
-		}
-		var s []byte // pgx scans each row's text into a new slice
-		_, err = pgx.ForEachRow(res, []any{&s}, func() error { out = append(out, s); return nil })
-		return err
-	}
-	// The fast path casts the whole batch at once; if any value fails, a
-	// savepoint lets the slow path convert value by value.
-	sp, err := tx.Begin(ctx)
-	if err != nil {
-		return err
-	}
-	err = scan(`SELECT d::jsonb::text FROM unnest($1::text[]) WITH ORDINALITY AS x(d, i) ORDER BY i`)
-	if err == nil {
-		err = sp.Commit(ctx)
-	} else if rbErr := sp.Rollback(ctx); rbErr != nil {
-		return errors.Join(err, rbErr)
-	} else {
-		err = scan(`SELECT COALESCE(audit_try_jsonb(d), to_jsonb(d))::text
-			FROM unnest($1::text[]) WITH ORDINALITY AS x(d, i) ORDER BY i`)
-	}
-	if err != nil {
-		return fmt.Errorf("audit: canonical data: %w", err)
-	}
-	if len(out) != len(rows) {
-		return fmt.Errorf("audit: canonical data: %d values for %d rows", len(out), len(rows))
-	}
-	for i, p := range rows {
-		p.Data = out[i]
-	}
-	return nil
 }
