@@ -15,6 +15,7 @@ import (
 	"github.com/ferryhq/ferry/cmd/ferry/internal/cli"
 	"github.com/ferryhq/ferry/cmd/ferry/internal/devcmd"
 	"github.com/ferryhq/ferry/cmd/ferry/internal/opscmd"
+	"github.com/ferryhq/ferry/platform/service"
 )
 
 const usage = `Usage: ferry <command> [arguments]
@@ -42,6 +43,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	switch args[0] {
 	case "dev":
+		service.TuneGC() // the servers' collector setting; not the broker child's (its own process)
 		if err := devcmd.Run(ctx, args[1:], os.LookupEnv, stdout); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
 				return 0

@@ -207,6 +207,7 @@ type Builder func(ctx context.Context, deps *Deps, l *config.Loader) (Component,
 
 // Main is the entire main function of a service binary.
 func Main(name string, needs Needs, build Builder) {
+	TuneGC()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, name, needs, build); err != nil {
