@@ -377,7 +377,12 @@ func (b *Bench) latency(ctx context.Context) Result {
 	before := b.probe.counters(ctx)
 	rss := SampleRSS(b.t.PID, 100*time.Millisecond)
 
+	// A profile of the offered load's first half: what a job costs at a
+	// moderate rate, where batches are small (the throughput profile
+	// shows full load).
+	stopProfile := b.startProfile(ctx, "latency", dur/2)
 	o := b.offer(ctx, n, rate, tag)
+	stopProfile()
 	offered := Rate(n, o.sentAll.Sub(o.t0))
 	r.EnqueueRate = Rate(len(o.ids), time.Since(o.t0))
 
