@@ -27,6 +27,15 @@
 // invalid input gets encoding/json's error: FuzzFastDecodeMatchesJSON holds
 // the two together.
 //
+// # Encoding
+//
+// Every producer encodes every record it sends with [NewRecord]. It writes
+// the payloads of an attempt's path (enqueued, dispatch, started, progress,
+// completed, failed) with a hand-written encoder that gives exactly the
+// bytes json.Marshal gives, and anything else (another type, a value
+// json.Marshal refuses) with encoding/json: FuzzFastEncodeMatchesJSON holds
+// the two together. The record's key and header values share one buffer.
+//
 // # Compatibility
 //
 // The JSON Schemas under schemas/ and the golden files under testdata/ are

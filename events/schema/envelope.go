@@ -55,33 +55,82 @@ type Event struct {
 // NewEventID returns a fresh UUIDv7, time-ordered so ids sort by creation.
 func NewEventID() string { return uuid.Must(uuid.NewV7()).String() }
 
+// appendUUID appends u in its canonical text form, as u.String() writes it,
+// so NewRecord can put a fresh id straight into its header.
+func appendUUID(b []byte, u uuid.UUID) []byte {
+	for i, c := range u {
+		if i == 4 || i == 6 || i == 8 || i == 10 {
+			b = append(b, '-')
+		}
+		b = append(b, hexDigits[c>>4], hexDigits[c&0xF])
+	}
+	return b
+}
+
 // NewRecord encodes data as a CloudEvents binary-mode record for topic.
 // source is the emitting service (e.g. "ferry/api"). The record key is the
 // subject (the job id). A traceparent header is added by the client's
 // tracing hook (kotel) from the context the record is produced with.
 func NewRecord(topic, source string, data Data) (*kgo.Record, error) {
-	value, err := json.Marshal(data)
+	value, err := encodeData(data)
 	if err != nil {
 		return nil, fmt.Errorf("schema: encode %s: %w", data.CEType(), err)
 	}
-	return NewRecordAt(topic, source, data, value, NewEventID(), time.Now().UTC()), nil
+	var id [36]byte
+	return newRecord(topic, source, data, value, appendUUID(id[:0], uuid.Must(uuid.NewV7())), time.Now().UTC()), nil
 }
 
 // NewRecordAt builds a record from an already-encoded value with the given id
 // and time; golden tests and replays use it to get stable bytes.
 func NewRecordAt(topic, source string, data Data, value []byte, id string, at time.Time) *kgo.Record {
-	subject := data.Subject()
-	headers := []kgo.RecordHeader{
-		{Key: HeaderSpecVersion, Value: []byte(specVersion)},
-		{Key: HeaderID, Value: []byte(id)},
-		{Key: HeaderSource, Value: []byte(source)},
-		{Key: HeaderType, Value: []byte(data.CEType())},
-		{Key: HeaderTime, Value: []byte(at.UTC().Format(time.RFC3339Nano))},
-		{Key: HeaderSubject, Value: []byte(subject)},
-		{Key: HeaderTenant, Value: []byte(data.Tenant())},
-		{Key: HeaderContentType, Value: []byte(contentType)},
+	return newRecord(topic, source, data, value, id, at)
+}
+
+// recordAlloc is a record and its headers' array, allocated together: a
+// producer makes one per event. The ninth header is room for the
+// traceparent the tracing hook appends (kotel's RecordCarrier.Set), which
+// would otherwise copy the eight to a new array.
+type recordAlloc struct {
+	rec     kgo.Record
+	headers [9]kgo.RecordHeader
+}
+
+// newRecord is NewRecordAt for an id as text of either kind (NewRecord
+// formats its id on the stack). The key and the header values are copied
+// into one buffer instead of one allocation each.
+func newRecord[ID string | []byte](topic, source string, data Data, value []byte, id ID, at time.Time) *kgo.Record {
+	subject, tenant, ceType := data.Subject(), data.Tenant(), data.CEType()
+	// RFC3339Nano is longer than any UTC time of a 4-digit year in it;
+	// another year only costs buf a reallocation.
+	buf := make([]byte, 0, 2*len(subject)+len(id)+len(source)+len(ceType)+len(tenant)+
+		len(specVersion)+len(contentType)+len(time.RFC3339Nano))
+	r := new(recordAlloc)
+	var v [8][]byte
+	buf, r.rec.Key = appendValue(buf, subject)
+	buf, v[0] = appendValue(buf, specVersion)
+	buf, v[1] = appendValue(buf, id)
+	buf, v[2] = appendValue(buf, source)
+	buf, v[3] = appendValue(buf, ceType)
+	buf, v[5] = appendValue(buf, subject)
+	buf, v[6] = appendValue(buf, tenant)
+	buf, v[7] = appendValue(buf, contentType)
+	start := len(buf)
+	buf = at.UTC().AppendFormat(buf, time.RFC3339Nano)
+	v[4] = buf[start:len(buf):len(buf)]
+	for i, key := range [8]string{HeaderSpecVersion, HeaderID, HeaderSource, HeaderType,
+		HeaderTime, HeaderSubject, HeaderTenant, HeaderContentType} {
+		r.headers[i] = kgo.RecordHeader{Key: key, Value: v[i]}
 	}
-	return &kgo.Record{Topic: topic, Key: []byte(subject), Value: value, Headers: headers, Timestamp: at}
+	r.rec.Topic, r.rec.Value, r.rec.Headers, r.rec.Timestamp = topic, value, r.headers[:8], at
+	return &r.rec
+}
+
+// appendValue appends s to buf and returns buf and s's copy there, capped
+// at its end so that appending to one value cannot overwrite the next.
+func appendValue[T string | []byte](buf []byte, s T) (out, value []byte) {
+	n := len(buf)
+	buf = append(buf, s...)
+	return buf, buf[n:len(buf):len(buf)]
 }
 
 // Header returns the value of the first header named key, if any.

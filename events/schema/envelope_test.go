@@ -1,7 +1,11 @@
 package schema
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
+	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -114,5 +118,124 @@ func TestDecodeWorkerStatusNeedsWorkerAndPool(t *testing.T) {
 		if _, err := Decode(rec); !errors.Is(err, ErrInvalidData) {
 			t.Errorf("%s: err = %v", v, err)
 		}
+	}
+}
+
+// referenceRecordAt is NewRecordAt as it was written before its values
+// shared one buffer: the record it builds is the one NewRecordAt must.
+func referenceRecordAt(topic, source string, data Data, value []byte, id string, at time.Time) *kgo.Record {
+	subject := data.Subject()
+	headers := []kgo.RecordHeader{
+		{Key: HeaderSpecVersion, Value: []byte(specVersion)},
+		{Key: HeaderID, Value: []byte(id)},
+		{Key: HeaderSource, Value: []byte(source)},
+		{Key: HeaderType, Value: []byte(data.CEType())},
+		{Key: HeaderTime, Value: []byte(at.UTC().Format(time.RFC3339Nano))},
+		{Key: HeaderSubject, Value: []byte(subject)},
+		{Key: HeaderTenant, Value: []byte(data.Tenant())},
+		{Key: HeaderContentType, Value: []byte(contentType)},
+	}
+	return &kgo.Record{Topic: topic, Key: []byte(subject), Value: value, Headers: headers, Timestamp: at}
+}
+
+func sameRecord(t *testing.T, got, want *kgo.Record) {
+	t.Helper()
+	if got.Topic != want.Topic || !bytes.Equal(got.Key, want.Key) || !bytes.Equal(got.Value, want.Value) ||
+		got.Timestamp != want.Timestamp || !reflect.DeepEqual(got.Headers, want.Headers) {
+		t.Errorf("record\n %+v\nwant\n %+v", got, want)
+	}
+}
+
+func TestNewRecordAtMatchesReference(t *testing.T) {
+	times := []time.Time{goldenTime, {}, time.Now(), goldenTime.In(time.FixedZone("", -7*3600)),
+		time.Date(12345, 6, 7, 8, 9, 10, 11, time.UTC), time.Date(-5, 1, 1, 0, 0, 0, 0, time.UTC)}
+	ids := []string{goldenID, "", "x", strings.Repeat("long-id ", 20)}
+	for _, rt := range recordTypes() {
+		value, _ := json.Marshal(rt.example)
+		for i, at := range times {
+			id := ids[i%len(ids)]
+			got := NewRecordAt(rt.topic, rt.source, rt.example, value, id, at)
+			sameRecord(t, got, referenceRecordAt(rt.topic, rt.source, rt.example, value, id, at))
+		}
+	}
+}
+
+// NewRecord writes json.Marshal's value and the headers NewRecordAt always
+// wrote, with a fresh id.
+func TestNewRecordMatchesReference(t *testing.T) {
+	for _, rt := range recordTypes() {
+		rec, err := NewRecord(rt.topic, rt.source, rt.example)
+		if err != nil {
+			t.Fatal(err)
+		}
+		id, _ := Header(rec, HeaderID)
+		if u, err := uuid.Parse(id); err != nil || u.Version() != 7 || u.String() != id {
+			t.Errorf("%s: ce_id %q is not a canonical UUIDv7 (%v)", rt.ceType, id, err)
+		}
+		value, _ := json.Marshal(rt.example)
+		sameRecord(t, rec, referenceRecordAt(rt.topic, rt.source, rt.example, value, id, rec.Timestamp))
+	}
+	if _, err := NewRecord("t", "s", Started{StartedAt: time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)}); err == nil ||
+		!strings.Contains(err.Error(), "schema: encode ferry.job.started.v1: json: error calling MarshalJSON for type time.Time") {
+		t.Errorf("NewRecord of a time json.Marshal refuses: %v, want its error", err)
+	}
+}
+
+// The key and header values share one buffer: appending to one must not
+// overwrite the next. The headers have room for the traceparent.
+func TestNewRecordValuesDoNotOverlap(t *testing.T) {
+	rec, err := NewRecord("t", "ferry/worker", Started{JobRef: exRef(1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	values := func() [][]byte {
+		v := [][]byte{rec.Key}
+		for _, h := range rec.Headers {
+			v = append(v, h.Value)
+		}
+		return v
+	}
+	var want [][]byte
+	for _, v := range values() {
+		want = append(want, append(bytes.Clone(v), '+'))
+	}
+	rec.Key = append(rec.Key, '+')
+	for i, h := range rec.Headers {
+		rec.Headers[i].Value = append(h.Value, '+')
+	}
+	got := values()
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("after appending to each value: %q, want %q", got, want)
+	}
+	first := &rec.Headers[0]
+	rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: HeaderTraceParent})
+	if &rec.Headers[0] != first {
+		t.Error("adding the traceparent header copied the headers")
+	}
+}
+
+func TestAppendUUID(t *testing.T) {
+	ids := []uuid.UUID{uuid.Nil, uuid.Max}
+	for range 100 {
+		ids = append(ids, uuid.Must(uuid.NewV7()), uuid.New())
+	}
+	for _, u := range ids {
+		if got := string(appendUUID([]byte("x"), u)); got != "x"+u.String() {
+			t.Errorf("appendUUID(%v) = %q", u, got)
+		}
+	}
+}
+
+var ceTypeSink string
+
+func TestEventTypeCEType(t *testing.T) {
+	for et, want := range map[EventType]string{EventEnqueued: "ferry.job.enqueued.v1", EventDLQ: "ferry.job.dlq.v1",
+		EventCancelled: "ferry.job.cancelled.v1", "unknown": "ferry.job.unknown.v1", "": "ferry.job..v1"} {
+		if got := et.CEType(); got != want {
+			t.Errorf("%q.CEType() = %q, want %q", et, got, want)
+		}
+	}
+	if n := testing.AllocsPerRun(10, func() { ceTypeSink = EventStarted.CEType() }); n != 0 {
+		t.Errorf("CEType of a known event allocates %v times", n)
 	}
 }

@@ -35,7 +35,25 @@ func (t EventType) Valid() bool {
 }
 
 // CEType is the CloudEvents type of a lifecycle event: ferry.job.<name>.v1.
-func (t EventType) CEType() string { return "ferry.job." + string(t) + ".v1" }
+func (t EventType) CEType() string {
+	if ce, ok := lifecycleCETypes[t]; ok {
+		return ce
+	}
+	return ceTypeOf(t)
+}
+
+func ceTypeOf(t EventType) string { return "ferry.job." + string(t) + ".v1" }
+
+// lifecycleCETypes holds the CloudEvents types of the known lifecycle
+// events, built once: every record a producer makes asks for one, and
+// building it each time was an allocation per record.
+var lifecycleCETypes = func() map[EventType]string {
+	m := make(map[EventType]string, len(EventTypes))
+	for _, t := range EventTypes {
+		m[t] = ceTypeOf(t)
+	}
+	return m
+}()
 
 // CloudEvents types of the records that are not lifecycle events.
 const (

@@ -1,0 +1,409 @@
+package schema
+
+// The fast path of NewRecord's payload encoding.
+//
+// json.Marshal walks a payload by reflection and calls the MarshalJSON of
+// every time, Duration and json.RawMessage in it, each allocating; on the
+// producers' hot records that was more than half of NewRecord's CPU.
+// fastEncode writes the payload types of the attempt's path (enqueued,
+// dispatch, started, progress, completed, failed) by hand, appending to one
+// buffer, and writes exactly json.Marshal's bytes: the same member order
+// and omitempty, encoding/json's string escaping (<, >, &, U+2028, U+2029,
+// control characters, invalid UTF-8), its float format, and what each
+// value's own MarshalJSON writes, compacted and escaped as encoding/json
+// does. The bytes go on Kafka and into hash-chained audit rows, so "almost"
+// is a bug: FuzzFastEncodeMatchesJSON holds the two together.
+//
+// A value json.Marshal refuses (a time RFC 3339 cannot write, a NaN, a
+// RawMessage that is not JSON) makes the fast path give up, and encodeData
+// calls json.Marshal for the whole value instead, so the error is
+// encoding/json's own. So does a payload of another type, or a pointer to
+// a hot one: they are rare enough for encoding/json.
+
+import (
+	"bytes"
+	"encoding/json"
+	"math"
+	"strconv"
+	"sync"
+	"time"
+	"unicode/utf8"
+)
+
+// encodeData encodes a record's payload: json.Marshal's bytes, fast for the
+// hot types.
+func encodeData(data Data) ([]byte, error) {
+	if b, ok := fastEncode(data); ok {
+		return b, nil
+	}
+	return json.Marshal(data)
+}
+
+// encodeBuffers holds the buffers payloads are written into before they
+// are copied out at their exact size, as json.Marshal returns them; one
+// that grew beyond maxPooledBuffer (a huge payload) is left to the GC.
+var encodeBuffers = sync.Pool{New: func() any { return new([]byte) }}
+
+const maxPooledBuffer = 64 << 10
+
+// fastEncode returns json.Marshal(data) for the hot payload types, passed
+// by value; false means data is another type or holds a value json.Marshal
+// refuses, and the caller must use json.Marshal.
+func fastEncode(data Data) ([]byte, bool) {
+	buf := encodeBuffers.Get().(*[]byte)
+	defer encodeBuffers.Put(buf)
+	b, ok := appendHot((*buf)[:0], data)
+	if cap(b) <= maxPooledBuffer {
+		*buf = b
+	}
+	if !ok {
+		return nil, false
+	}
+	return bytes.Clone(b), true
+}
+
+// appendHot appends the encoding of data, false if it is not of a hot type
+// or holds a value json.Marshal refuses.
+func appendHot(b []byte, data Data) ([]byte, bool) {
+	var e encoder
+	switch v := data.(type) {
+	case Enqueued:
+		b = e.enqueued(b, &v)
+	case Dispatch:
+		b = e.dispatch(b, &v)
+	case Started:
+		b = e.started(b, &v)
+	case Progress:
+		b = e.progress(b, &v)
+	case Completed:
+		b = e.completed(b, &v)
+	case Failed:
+		b = e.failed(b, &v)
+	default:
+		return b, false
+	}
+	return b, !e.refused
+}
+
+// encoder remembers whether a value json.Marshal would refuse was met, so
+// that the appenders, which take and return the bytes as strconv's do,
+// need not each return an error too.
+type encoder struct{ refused bool }
+
+// appendRef opens an object with the members of an embedded JobRef.
+func appendRef(b []byte, r *JobRef) []byte {
+	b = appendString(append(b, `{"job_id":`...), r.JobID)
+	b = appendString(append(b, `,"tenant_id":`...), r.TenantID)
+	return strconv.AppendInt(append(b, `,"attempt":`...), int64(r.Attempt), 10)
+}
+
+// appendAttemptOf opens an object with the members the attempt reports
+// (started, progress, completed, failed) begin with.
+func appendAttemptOf(b []byte, r *JobRef, worker, dispatch string) []byte {
+	b = appendRef(b, r)
+	b = appendString(append(b, `,"worker_id":`...), worker)
+	return appendString(append(b, `,"dispatch_id":`...), dispatch)
+}
+
+func (e *encoder) started(b []byte, v *Started) []byte {
+	b = appendAttemptOf(b, &v.JobRef, v.WorkerID, v.DispatchID)
+	b = e.time(append(b, `,"started_at":`...), v.StartedAt)
+	return append(b, '}')
+}
+
+func (e *encoder) progress(b []byte, v *Progress) []byte {
+	b = appendAttemptOf(b, &v.JobRef, v.WorkerID, v.DispatchID)
+	b = e.float(append(b, `,"percent":`...), v.Percent)
+	b = appendOptString(b, `,"message":`, v.Message)
+	b = e.time(append(b, `,"at":`...), v.At)
+	b = appendOptDuration(b, `,"lease":`, v.Lease)
+	return append(b, '}')
+}
+
+func (e *encoder) completed(b []byte, v *Completed) []byte {
+	b = appendAttemptOf(b, &v.JobRef, v.WorkerID, v.DispatchID)
+	b = e.optRaw(b, `,"result":`, v.Result)
+	b = e.time(append(b, `,"started_at":`...), v.StartedAt)
+	b = e.time(append(b, `,"finished_at":`...), v.FinishedAt)
+	return append(b, '}')
+}
+
+func (e *encoder) failed(b []byte, v *Failed) []byte {
+	b = appendAttemptOf(b, &v.JobRef, v.WorkerID, v.DispatchID)
+	b = appendString(append(b, `,"error":{"class":`...), string(v.Error.Class))
+	b = appendString(append(b, `,"message":`...), v.Error.Message)
+	b = append(b, '}')
+	b = appendOptDuration(b, `,"retry_after":`, v.RetryAfter)
+	b = e.time(append(b, `,"started_at":`...), v.StartedAt)
+	b = e.time(append(b, `,"finished_at":`...), v.FinishedAt)
+	return append(b, '}')
+}
+
+func (e *encoder) dispatch(b []byte, v *Dispatch) []byte {
+	b = appendRef(b, &v.JobRef)
+	b = appendString(append(b, `,"dispatch_id":`...), v.DispatchID)
+	b = e.jobSpec(append(b, `,"job":`...), &v.Job)
+	b = e.time(append(b, `,"created_at":`...), v.CreatedAt)
+	b = e.time(append(b, `,"ready_at":`...), v.ReadyAt)
+	b = e.time(append(b, `,"lease_until":`...), v.LeaseUntil)
+	b = e.optTime(b, `,"not_before":`, v.NotBefore)
+	return append(b, '}')
+}
+
+func (e *encoder) enqueued(b []byte, v *Enqueued) []byte {
+	b = appendRef(b, &v.JobRef)
+	b = e.jobSpec(append(b, `,"job":`...), &v.Job)
+	b = e.time(append(b, `,"created_at":`...), v.CreatedAt)
+	b = e.time(append(b, `,"run_at":`...), v.RunAt)
+	b = appendString(append(b, `,"reason":`...), v.Reason)
+	b = appendOptString(b, `,"actor":`, v.Actor)
+	b = appendOptString(b, `,"idempotency_key":`, v.IdempotencyKey)
+	b = appendOptString(b, `,"request_hash":`, v.RequestHash)
+	if u := v.Unique; u != nil {
+		b = appendString(append(b, `,"unique":{"key":`...), u.Key)
+		b = appendString(append(b, `,"while":`...), u.While)
+		b = append(e.time(append(b, `,"until":`...), u.Until), '}')
+	}
+	b = appendOptString(b, `,"redriven_from":`, v.RedrivenFrom)
+	b = appendOptString(b, `,"schedule_id":`, v.ScheduleID)
+	if len(v.History) > 0 {
+		b = append(b, `,"history":[`...)
+		for i := range v.History {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = e.attempt(b, &v.History[i])
+		}
+		b = append(b, ']')
+	}
+	return append(b, '}')
+}
+
+func (e *encoder) attempt(b []byte, v *Attempt) []byte {
+	b = strconv.AppendInt(append(b, `{"attempt":`...), int64(v.Attempt), 10)
+	b = appendOptString(b, `,"class":`, string(v.Class))
+	b = appendOptString(b, `,"error":`, v.Error)
+	b = appendOptString(b, `,"worker_id":`, v.WorkerID)
+	b = e.optTime(b, `,"started_at":`, v.StartedAt)
+	b = e.optTime(b, `,"finished_at":`, v.FinishedAt)
+	return append(b, '}')
+}
+
+func (e *encoder) jobSpec(b []byte, v *JobSpec) []byte {
+	b = appendString(append(b, `{"type":`...), v.Type)
+	b = appendString(append(b, `,"queue":`...), v.Queue)
+	b = strconv.AppendInt(append(b, `,"priority":`...), int64(v.Priority), 10)
+	b = e.optRaw(b, `,"payload":`, v.Payload)
+	b = strconv.AppendInt(append(b, `,"max_attempts":`...), int64(v.MaxAttempts), 10)
+	b = appendOptDuration(b, `,"timeout":`, v.Timeout)
+	b = e.optTime(b, `,"not_after":`, v.NotAfter)
+	if len(v.Tags) > 0 {
+		b = append(b, `,"tags":[`...)
+		for i, tag := range v.Tags {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendString(b, tag)
+		}
+		b = append(b, ']')
+	}
+	b = appendString(append(b, `,"pool":`...), v.Pool)
+	if v.Backoff != nil {
+		b = e.backoff(append(b, `,"backoff":`...), v.Backoff)
+	}
+	if c := v.Concurrency; c != nil {
+		b = appendString(append(b, `,"concurrency":{"key":`...), c.Key)
+		b = strconv.AppendInt(append(b, `,"limit":`...), int64(c.Limit), 10)
+		b = append(b, '}')
+	}
+	return append(b, '}')
+}
+
+// backoff writes a Backoff, all of whose members are omitempty: each is
+// written after a comma, and the first comma becomes the opening brace.
+func (e *encoder) backoff(b []byte, v *Backoff) []byte {
+	start := len(b)
+	b = appendOptDuration(b, `,"base":`, v.Base)
+	b = appendOptDuration(b, `,"max":`, v.Max)
+	if v.Jitter != nil {
+		b = e.float(append(b, `,"jitter":`...), *v.Jitter)
+	}
+	if len(b) == start {
+		return append(b, "{}"...)
+	}
+	b[start] = '{'
+	return append(b, '}')
+}
+
+// appendOptString writes the member key (`,"name":`) with s, unless s is
+// empty: omitempty.
+func appendOptString(b []byte, key, s string) []byte {
+	if s == "" {
+		return b
+	}
+	return appendString(append(b, key...), s)
+}
+
+// appendOptDuration writes the member key with d as Duration.MarshalJSON
+// does (json.Marshal of its String), unless d is zero: omitempty.
+func appendOptDuration(b []byte, key string, d Duration) []byte {
+	if d == 0 {
+		return b
+	}
+	return appendString(append(b, key...), time.Duration(d).String())
+}
+
+// time writes t as time.Time.MarshalJSON does: RFC 3339 with nanoseconds,
+// quoted. AppendText is the same text, and refuses the same times (a year
+// outside 0000–9999, a zone offset of a day or more).
+func (e *encoder) time(b []byte, t time.Time) []byte {
+	out, err := t.AppendText(append(b, '"'))
+	if err != nil {
+		e.refused = true
+		return b
+	}
+	return append(out, '"')
+}
+
+// optTime writes the member key with *t, unless t is nil: omitempty.
+func (e *encoder) optTime(b []byte, key string, t *time.Time) []byte {
+	if t == nil {
+		return b
+	}
+	return e.time(append(b, key...), *t)
+}
+
+// float writes f as encoding/json's float encoder does: like
+// strconv.FormatFloat(f, 'g', -1, 64) but with exponents only below 1e-6
+// and from 1e21, unpadded; NaN and ±Inf are refused.
+func (e *encoder) float(b []byte, f float64) []byte {
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		e.refused = true
+		return b
+	}
+	format := byte('f')
+	if abs := math.Abs(f); abs != 0 && (abs < 1e-6 || abs >= 1e21) {
+		format = 'e'
+	}
+	b = strconv.AppendFloat(b, f, format, -1, 64)
+	if n := len(b); format == 'e' && b[n-4] == 'e' && b[n-3] == '-' && b[n-2] == '0' {
+		b[n-2] = b[n-1] // e-07 → e-7
+		b = b[:n-1]
+	}
+	return b
+}
+
+// optRaw writes the member key with m as encoding/json writes a
+// json.RawMessage, unless m is empty (omitempty). Invalid JSON is refused.
+func (e *encoder) optRaw(b []byte, key string, m json.RawMessage) []byte {
+	if len(m) == 0 {
+		return b
+	}
+	if !json.Valid(m) {
+		e.refused = true
+		return b
+	}
+	return appendCompact(append(b, key...), m)
+}
+
+// appendCompact appends the valid JSON src as encoding/json's compact with
+// HTML escaping does to a MarshalJSON result: whitespace outside strings
+// dropped, <, >, & and U+2028, U+2029 escaped, everything else (invalid
+// UTF-8 and escapes included) copied as is.
+func appendCompact(b, src []byte) []byte {
+	start, inString := 0, false
+	for i := 0; i < len(src); i++ {
+		c := src[i]
+		if !inString {
+			switch c {
+			case '"':
+				inString = true
+			case ' ', '\t', '\n', '\r':
+				b = append(b, src[start:i]...)
+				start = i + 1
+			}
+			continue
+		}
+		switch {
+		case c == '"':
+			inString = false
+		case c == '\\':
+			i++ // the escaped character is ASCII in valid JSON: it cannot end the string
+		case c == '<' || c == '>' || c == '&':
+			b = append(append(b, src[start:i]...), '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xF])
+			start = i + 1
+		case c == 0xE2 && i+2 < len(src) && src[i+1] == 0x80 && src[i+2]&^1 == 0xA8:
+			b = append(append(b, src[start:i]...), '\\', 'u', '2', '0', '2', hexDigits[src[i+2]&0xF])
+			i += 2
+			start = i + 1
+		}
+	}
+	return append(b, src[start:]...)
+}
+
+const hexDigits = "0123456789abcdef"
+
+// htmlSafe reports the ASCII bytes encoding/json writes in a string as
+// they are, HTML escaping on (json.Marshal's setting): not a control
+// character, ", \, <, > or &.
+var htmlSafe = func() (t [utf8.RuneSelf]bool) {
+	for c := ' '; c < utf8.RuneSelf; c++ {
+		t[c] = c != '"' && c != '\\' && c != '<' && c != '>' && c != '&'
+	}
+	return t
+}()
+
+// appendString writes s as a JSON string exactly as encoding/json's
+// appendString does with HTML escaping: short escapes for \b \f \n \r \t
+// " \, \u00XX for other control characters and <, >, &, \u2028 and \u2029
+// for the JavaScript line separators, and \ufffd for each byte of invalid
+// UTF-8.
+func appendString(b []byte, s string) []byte {
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if htmlSafe[c] {
+				i++
+				continue
+			}
+			b = appendEscapedByte(append(b, s[start:i]...), c)
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && size == 1:
+			b = append(append(b, s[start:i]...), `\ufffd`...)
+		case r == '\u2028' || r == '\u2029':
+			b = append(append(b, s[start:i]...), '\\', 'u', '2', '0', '2', hexDigits[r&0xF])
+		default:
+			i += size
+			continue
+		}
+		i += size
+		start = i
+	}
+	return append(append(b, s[start:]...), '"')
+}
+
+// appendEscapedByte writes the escape of an ASCII byte htmlSafe refuses.
+func appendEscapedByte(b []byte, c byte) []byte {
+	switch c {
+	case '\\', '"':
+		return append(b, '\\', c)
+	case '\b':
+		return append(b, '\\', 'b')
+	case '\f':
+		return append(b, '\\', 'f')
+	case '\n':
+		return append(b, '\\', 'n')
+	case '\r':
+		return append(b, '\\', 'r')
+	case '\t':
+		return append(b, '\\', 't')
+	}
+	return append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xF])
+}
