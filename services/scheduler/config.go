@@ -63,7 +63,10 @@ type Config struct {
 	Pools []string
 	// MaxBatch bounds the jobs one dispatch step hands out. Defaults to 512.
 	MaxBatch int
-	// MaxPoll bounds the records one consumer batch processes. Defaults to 5000.
+	// MaxPoll bounds the records one consumer batch applies in one Redis
+	// script (FERRY_SCHEDULER_MAX_POLL). Redis runs one script at a time,
+	// so a batch of thousands held it for tens to hundreds of ms under
+	// load, and every dispatch step and submission waited behind it.
 	MaxPoll int
 	// RetryBase and RetryMax are the backoff min(base·2^(n-1), max) of
 	// app_error retries, ±25 % jitter; a job's backoff overrides them
@@ -129,7 +132,7 @@ func (c Config) WithDefaults() Config {
 		c.Pools = append([]string(nil), schema.Pools...)
 	}
 	config.Default(&c.MaxBatch, 512)
-	config.Default(&c.MaxPoll, 5000)
+	config.DefaultVar(&c.MaxPoll, "FERRY_SCHEDULER_MAX_POLL")
 	config.Default(&c.RebuildLockTTL, 30*time.Second)
 	config.Default(&c.EpochCheck, time.Second)
 	config.Default(&c.SettingsRefresh, 2*time.Second)
@@ -187,8 +190,11 @@ func (c Config) validateInternal() error {
 			return fmt.Errorf("scheduler: %s=%v: must be > 0", d.name, d.v)
 		}
 	}
-	if c.MaxBatch < 1 || c.MaxPoll < 1 {
-		return fmt.Errorf("scheduler: MaxBatch=%d and MaxPoll=%d must be ≥ 1", c.MaxBatch, c.MaxPoll)
+	if c.MaxBatch < 1 {
+		return fmt.Errorf("scheduler: MaxBatch=%d must be ≥ 1", c.MaxBatch)
+	}
+	if c.MaxPoll < 1 {
+		return fmt.Errorf("scheduler: FERRY_SCHEDULER_MAX_POLL=%d must be ≥ 1", c.MaxPoll)
 	}
 	return nil
 }
@@ -245,5 +251,6 @@ func LoadConfig(l *config.Loader) (Config, error) {
 		RetryTypes:         types,
 		CheckpointInterval: l.Duration("FERRY_SCHEDULER_CHECKPOINT_INTERVAL"),
 		QueueIdle:          l.Duration("FERRY_SCHEDULER_QUEUE_IDLE"),
+		MaxPoll:            l.Int("FERRY_SCHEDULER_MAX_POLL"),
 	}, err
 }
