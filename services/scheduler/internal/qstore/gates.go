@@ -341,30 +341,36 @@ type ConcurrencyState struct {
 	Running, Waiting int64
 }
 
+// concurrencyScript reads a concurrency key in one step: its slots held,
+// its jobs waiting, and the limit its jobs carry (cl), read from a waiting
+// job or one holding a slot. In one step because a job that ends between
+// two round trips leaves a terminal marker without cl, and the key would
+// show jobs running under no limit.
+// KEYS: the key's wait set (its run set is KEYS[1]..':run'). ARGV: job
+// key prefix. Returns {running, waiting, limit or 0}.
+var concurrencyScript = redis.NewScript(`
+local run = redis.call('SCARD', KEYS[1] .. ':run')
+local wait = redis.call('ZCARD', KEYS[1])
+local ids = redis.call('ZRANGE', KEYS[1], 0, 0)
+local holder = redis.call('SRANDMEMBER', KEYS[1] .. ':run')
+if holder then ids[#ids + 1] = holder end
+for _, id in ipairs(ids) do
+  local l = tonumber(redis.call('HGET', ARGV[1] .. id, 'cl'))
+  if l then return {run, wait, l} end
+end
+return {run, wait, 0}`)
+
 // Concurrency reads tenant's concurrency key.
 func (s *Store) Concurrency(ctx context.Context, tenant, key string) (ConcurrencyState, error) {
 	st := ConcurrencyState{Key: key}
-	pk := s.gateKey("c", tenant, key)
-	var run, wait *redis.IntCmd
-	var any1, head *redis.StringSliceCmd
-	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		run, wait = p.SCard(ctx, pk+":run"), p.ZCard(ctx, pk)
-		any1, head = p.SRandMemberN(ctx, pk+":run", 1), p.ZRange(ctx, pk, 0, 0)
-		return nil
-	})
+	v, err := concurrencyScript.Run(ctx, s.rdb, []string{s.gateKey("c", tenant, key)}, s.opts.Prefix+"job:").Int64Slice()
 	if err != nil {
 		return st, fmt.Errorf("qstore: concurrency: %w", err)
 	}
-	st.Running, st.Waiting = run.Val(), wait.Val()
-	for _, ids := range [][]string{head.Val(), any1.Val()} {
-		if len(ids) == 0 {
-			continue
-		}
-		if l, err := s.rdb.HGet(ctx, s.opts.Prefix+"job:"+ids[0], "cl").Int(); err == nil {
-			st.Limit = l
-			break
-		}
+	if len(v) != 3 {
+		return st, fmt.Errorf("qstore: concurrency: %d values, want 3", len(v))
 	}
+	st.Running, st.Waiting, st.Limit = v[0], v[1], int(v[2])
 	return st, nil
 }
 

@@ -3,6 +3,7 @@ package qstore
 import (
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -105,6 +106,48 @@ func TestConcurrencyKey(t *testing.T) {
 }
 
 func got0(ts []Template) []Template { return ts }
+
+// TestConcurrencyReadWhileJobsEnd: a key read while its only job ends
+// shows that job under its limit or shows nothing running, never a job
+// running under no limit (the read used to find a holder in one round trip
+// and its limit in the next, after the job's hash became a terminal marker).
+func TestConcurrencyReadWhileJobsEnd(t *testing.T) {
+	b := setup(t)
+	b.worker(t0, "w1", 100)
+	var bad atomic.Value
+	for round := range 300 {
+		id := fmt.Sprintf("r%d", round)
+		b.enqueue(t0, enqK(id, "x", "cust-r", 3))
+		got := b.dispatch(t0, 0).Dispatched
+		if len(got) != 1 {
+			t.Fatalf("round %d dispatched %v", round, ids(got))
+		}
+		done := make(chan struct{})
+		read := make(chan struct{})
+		go func() {
+			defer close(read)
+			for first := true; ; first = false {
+				st, err := b.store.Concurrency(b.ctx, "t1", "cust-r")
+				if err == nil && st.Running > 0 && st.Limit != 3 {
+					bad.Store(fmt.Sprintf("round %d: %+v", round, st))
+				}
+				select {
+				case <-done:
+					if !first {
+						return
+					}
+				default:
+				}
+			}
+		}()
+		b.complete(t0, got[0])
+		close(done)
+		<-read
+		if v := bad.Load(); v != nil {
+			t.Fatalf("read while the job ended: %v, want its limit 3 while it runs", v)
+		}
+	}
+}
 
 // TestConcurrencyLostLeaseKeepsSlot: a job whose lease expired is ready
 // again at the front, still holding its slot: it goes before the parked
