@@ -96,9 +96,6 @@ type Accepted struct {
 	Spec schema.JobSpec
 	// RunAt is when the first attempt may start; never before now.
 	RunAt time.Time
-	// Hash identifies the request for idempotency: equal for requests that
-	// mean the same thing, whatever their formatting.
-	Hash string
 	// Unique is the job's unique key, nil without one.
 	Unique *schema.Unique
 }
@@ -149,7 +146,7 @@ func Validate(req Request, now time.Time, lim Limits) (Accepted, error) {
 	if len(v.bad) > 0 {
 		return Accepted{}, v.invalid()
 	}
-	return Accepted{Spec: spec, RunAt: runAt.UTC(), Hash: Hash(req), Unique: unique}, nil
+	return Accepted{Spec: spec, RunAt: runAt.UTC(), Unique: unique}, nil
 }
 
 // validation collects the field errors of one submission.
@@ -386,7 +383,9 @@ func (v *validation) unique(req *UniqueRequest) *schema.Unique {
 
 // Hash returns the idempotency hash of req: SHA-256 over its canonical JSON
 // (payload object keys sorted, insignificant whitespace dropped), without
-// the idempotency key itself.
+// the idempotency key itself. Equal for requests that mean the same thing,
+// whatever their formatting. Only a submission with an Idempotency-Key
+// needs it (it re-encodes the payload), so Validate does not compute it.
 func Hash(req Request) string {
 	req.IdempotencyKey = ""
 	if len(req.Payload) > 0 {

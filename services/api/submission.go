@@ -138,7 +138,7 @@ func (b *submission) claimKeys(ctx context.Context) error {
 	}
 	claims := make([]idem.Claim, len(keyed))
 	for k, e := range keyed {
-		claims[k] = idem.Claim{Key: e.key, Hash: e.accepted.Hash, JobID: e.newJobID()}
+		claims[k] = idem.Claim{Key: e.key, Hash: jobs.Hash(e.req), JobID: e.newJobID()}
 	}
 	res, err := b.s.idem.Claim(ctx, b.tenant, claims) // one result per claim, in order
 	if err != nil {
