@@ -53,10 +53,16 @@ type Event struct {
 }
 
 // NewEventID returns a fresh UUIDv7, time-ordered so ids sort by creation.
-func NewEventID() string { return uuid.Must(uuid.NewV7()).String() }
+func NewEventID() string {
+	var id [36]byte
+	return string(appendEventID(id[:0]))
+}
 
-// appendUUID appends u in its canonical text form, as u.String() writes it,
-// so NewRecord can put a fresh id straight into its header.
+// appendEventID appends a fresh event id (NewEventID's), so NewRecord can
+// put it straight into its header without a string in between.
+func appendEventID(b []byte) []byte { return appendUUID(b, uuid.Must(uuid.NewV7())) }
+
+// appendUUID appends u in its canonical text form, as u.String() writes it.
 func appendUUID(b []byte, u uuid.UUID) []byte {
 	for i, c := range u {
 		if i == 4 || i == 6 || i == 8 || i == 10 {
@@ -77,7 +83,7 @@ func NewRecord(topic, source string, data Data) (*kgo.Record, error) {
 		return nil, fmt.Errorf("schema: encode %s: %w", data.CEType(), err)
 	}
 	var id [36]byte
-	return newRecord(topic, source, data, value, appendUUID(id[:0], uuid.Must(uuid.NewV7())), time.Now().UTC()), nil
+	return newRecord(topic, source, data, value, appendEventID(id[:0]), time.Now().UTC()), nil
 }
 
 // NewRecordAt builds a record from an already-encoded value with the given id
