@@ -17,8 +17,8 @@ package schema
 // A value json.Marshal refuses (a time RFC 3339 cannot write, a NaN, a
 // RawMessage that is not JSON) makes the fast path give up, and encodeData
 // calls json.Marshal for the whole value instead, so the error is
-// encoding/json's own. So does a payload of another type, or a pointer to
-// a hot one: they are rare enough for encoding/json.
+// encoding/json's own. So does a payload of another type: they are rare
+// enough for encoding/json.
 
 import (
 	"bytes"
@@ -79,6 +79,47 @@ func appendHot(b []byte, data Data) ([]byte, bool) {
 		b = e.completed(b, &v)
 	case Failed:
 		b = e.failed(b, &v)
+	default:
+		return appendHotPointer(b, data)
+	}
+	return b, !e.refused
+}
+
+// appendHotPointer is appendHot for a pointer to a hot type, as the worker
+// passes its attempt reports (a nil one is json.Marshal's "null": not hot).
+func appendHotPointer(b []byte, data Data) ([]byte, bool) {
+	var e encoder
+	switch v := data.(type) {
+	case *Enqueued:
+		if v == nil {
+			return b, false
+		}
+		b = e.enqueued(b, v)
+	case *Dispatch:
+		if v == nil {
+			return b, false
+		}
+		b = e.dispatch(b, v)
+	case *Started:
+		if v == nil {
+			return b, false
+		}
+		b = e.started(b, v)
+	case *Progress:
+		if v == nil {
+			return b, false
+		}
+		b = e.progress(b, v)
+	case *Completed:
+		if v == nil {
+			return b, false
+		}
+		b = e.completed(b, v)
+	case *Failed:
+		if v == nil {
+			return b, false
+		}
+		b = e.failed(b, v)
 	default:
 		return b, false
 	}

@@ -19,9 +19,20 @@ func TestFastEncodeEveryField(t *testing.T) {
 		}
 		v := reflect.New(reflect.TypeOf(zero)).Elem()
 		fillEveryField(v, 0)
-		data := v.Interface().(Data)
-		if !fastMatches(t, data) {
-			t.Errorf("%T: the fast path gave up on a value with every field set", data)
+		// By value and by pointer, as the worker passes its reports.
+		for _, data := range []Data{v.Interface().(Data), v.Addr().Interface().(Data)} {
+			if !fastMatches(t, data) {
+				t.Errorf("%T: the fast path gave up on a value with every field set", data)
+			}
+		}
+	}
+}
+
+// A nil pointer to a hot type is json.Marshal's null, not a hot value.
+func TestFastEncodeNilPointer(t *testing.T) {
+	for _, data := range []Data{(*Enqueued)(nil), (*Dispatch)(nil), (*Started)(nil), (*Progress)(nil), (*Completed)(nil), (*Failed)(nil)} {
+		if b, ok := fastEncode(data); ok {
+			t.Errorf("%T(nil): the fast path wrote %q", data, b)
 		}
 	}
 }
