@@ -309,6 +309,11 @@ type WorkerStatus struct {
 	Running  int       `json:"running"`
 	At       time.Time `json:"at"`
 	Stopping bool      `json:"stopping,omitempty"`
+	// Hold is how many dispatches leased ahead of their not-before the
+	// worker keeps waiting outside its slots; the scheduler leases at most
+	// that many ahead to the pool's workers. 0 (or absent: workers before
+	// the hold): none.
+	Hold int `json:"hold,omitempty"`
 	// HandedBack lists attempts the worker gave up on shutdown without
 	// running them, so the scheduler re-dispatches them at once.
 	HandedBack []JobRef `json:"handed_back,omitempty"`

@@ -164,6 +164,7 @@ func recordTypes() []recordType {
 			Running:    2,
 			At:         ts("2025-01-02T03:04:05Z"),
 			Stopping:   true,
+			Hold:       10000,
 			HandedBack: []JobRef{exRef(3), {JobID: "01943b6e-0000-7000-8000-00000000a002", TenantID: "tenant-globex", Attempt: 1}},
 			Routing:    &WorkerRouting{Types: []string{"email.send", "report.build"}, Partitions: []int32{1, 2}},
 			Rejected:   []DispatchRef{{JobRef: exRef(2), DispatchID: "01943b6e-1111-7000-8000-000000000001-3"}},

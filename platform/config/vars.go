@@ -102,7 +102,7 @@ var Vars = []Var{
 	{"FERRY_SCHEDULER_PREFETCH_MAX", "2048", "Bound of the rate-sized part of a pool's dispatch window (FERRY_SCHEDULER_PREFETCH_WINDOW)."},
 	{"FERRY_SCHEDULER_MAX_POLL", "500", "Most records the scheduler applies in one Redis script call. Redis runs one script at a time: a larger batch costs fewer calls under a backlog but holds Redis longer, and dispatch steps and submissions wait behind it."},
 	{"FERRY_SCHEDULER_TICK", "5ms", "The fallback period of the scheduler's dispatch loops while jobs flow (wakes and due times drive them; the tick only bounds a missed wake). A pool whose steps dispatch nothing doubles it per empty step, up to 100ms."},
-	{"FERRY_SCHEDULER_LOOKAHEAD", "250ms", "Delayed jobs (run_at, retries) due within this are dispatched ahead with their due time as not_before, which the worker honours: a burst due at one instant starts on time, never early. Jobs behind a concurrency key, rate limit or open breaker wait until due. 0 disables; must be < FERRY_SCHEDULER_LEASE."},
+	{"FERRY_SCHEDULER_LOOKAHEAD", "2s", "Delayed jobs (run_at, retries) due within this are dispatched ahead, up to what the pool's workers hold (FERRY_WORKER_HOLD), with their due time as not_before, which the worker honours: a burst due at one instant starts on time, never early. Jobs behind a concurrency key, rate limit, max_running, paused queue or open breaker wait until due. 0 disables; must be < FERRY_SCHEDULER_LEASE."},
 	{"FERRY_SCHEDULER_RETRY_BASE", "1s", "First retry backoff of app_error/retryable/timeout failures: min(base·2^(n-1), max) ±25 % jitter. A job's backoff overrides it."},
 	{"FERRY_SCHEDULER_RETRY_MAX", "10m", "Cap of the exponential retry backoff. A job's backoff overrides it."},
 	{"FERRY_SCHEDULER_RETRY_TYPES", "", "Per job type retry backoff, comma-separated type=base/max (e.g. email.send=5s/1h); between the scheduler defaults and a job's own backoff."},
@@ -137,6 +137,7 @@ var Vars = []Var{
 	// worker.
 	{"FERRY_WORKER_POOL", "short", "Pool this worker serves: short or long."},
 	{"FERRY_WORKER_CONCURRENCY", "64", "Handlers a worker runs at once."},
+	{"FERRY_WORKER_HOLD", "10000", "Dispatches leased ahead of their due time (FERRY_SCHEDULER_LOOKAHEAD) a worker keeps waiting outside its handler slots; the scheduler leases at most the sum its pool's workers announce ahead. 0: none (a dispatch leased ahead that reaches this worker waits in a slot)."},
 	{"FERRY_WORKER_ID", "", "Stable worker id. Defaults to hostname-pid."},
 	{"FERRY_WORKER_GRACE", "25s", "On SIGTERM, how long running handlers may take to finish before their jobs are handed back."},
 	{"FERRY_WORKER_HEARTBEAT", "5s", "How often a running handler heartbeats (extends its lease)."},

@@ -135,6 +135,14 @@ func withID(id string) jobOpt  { return func(x *schema.Dispatch) { x.JobID = id 
 // dispatch sends a job to the short pool and returns its dispatch.
 func (b *bench) dispatch(typ string, payload any, opts ...jobOpt) schema.Dispatch {
 	b.t.Helper()
+	d := b.newDispatch(typ, payload, opts...)
+	b.produce(b.topics.Dispatch(schema.PoolShort), d)
+	return d
+}
+
+// newDispatch is a dispatch of a job to the short pool, not sent.
+func (b *bench) newDispatch(typ string, payload any, opts ...jobOpt) schema.Dispatch {
+	b.t.Helper()
 	raw, err := json.Marshal(payload)
 	if err != nil {
 		b.t.Fatal(err)
@@ -149,7 +157,6 @@ func (b *bench) dispatch(typ string, payload any, opts ...jobOpt) schema.Dispatc
 	for _, o := range opts {
 		o(&d)
 	}
-	b.produce(b.topics.Dispatch(schema.PoolShort), d)
 	return d
 }
 

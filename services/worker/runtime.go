@@ -58,6 +58,8 @@ type Service struct {
 	// consumer is the dispatch consumer while Run runs.
 	consumer *kgo.Client
 	queue    chan queued
+	// hold keeps dispatches leased ahead until their due time (hold.go).
+	hold     *hold
 	room     chan struct{}
 	stopping chan struct{}
 	// reannounce (capacity 1) asks the status loop for an announcement now.
@@ -110,6 +112,7 @@ func newService(deps *service.Deps, cfg Config, reg *Registry, log *slog.Logger)
 		dispatchTopic: deps.Topics.Dispatch(cfg.Pool),
 		workersTopic:  deps.Topics.Workers(),
 		queue:         make(chan queued, cfg.QueueSize),
+		hold:          newHold(cfg.Hold),
 		room:          make(chan struct{}, 1),
 		stopping:      make(chan struct{}),
 		reannounce:    make(chan struct{}, 1),
@@ -156,6 +159,8 @@ func (s *Service) Run(ctx context.Context) error {
 	for range s.cfg.Concurrency {
 		runners.Go(func() { s.runner(hardCtx) })
 	}
+	var holding sync.WaitGroup
+	holding.Go(func() { s.hold.run(s.stopping) })
 	bgCtx, bgStop := context.WithCancel(context.WithoutCancel(ctx))
 	var bg sync.WaitGroup
 	bg.Go(func() { s.cancelLoop(bgCtx, cancels) })
@@ -176,6 +181,7 @@ func (s *Service) Run(ctx context.Context) error {
 	status.Wait()
 	s.announce(context.WithoutCancel(ctx), true, nil)
 	s.awaitRunners(&runners, hardCancel)
+	holding.Wait()
 	s.handBackUnfinished()
 	s.mu.Lock()
 	handedBack := slices.Clone(s.handedBack)
@@ -217,8 +223,9 @@ func (s *Service) awaitRunners(runners *sync.WaitGroup, hardCancel context.Cance
 }
 
 // handBackUnfinished adds to the handed-back jobs those still running and
-// the dispatches never started; it commits past the latter so no other
-// worker re-reads them: the scheduler re-dispatches them.
+// the dispatches never started (queued or held); it commits past the
+// latter so no other worker re-reads them: the scheduler re-dispatches them
+// (one leased ahead with its not-before again, so never early).
 func (s *Service) handBackUnfinished() {
 	s.mu.Lock()
 	s.abandoned = true
@@ -229,6 +236,12 @@ func (s *Service) handBackUnfinished() {
 		}
 	}
 	s.mu.Unlock()
+	for _, h := range s.hold.drain() {
+		s.mu.Lock()
+		s.handedBack = append(s.handedBack, h.d.JobRef)
+		s.mu.Unlock()
+		s.consumer.MarkCommitRecords(h.q.rec)
+	}
 	for {
 		select {
 		case q := <-s.queue:
@@ -391,6 +404,8 @@ func (s *Service) runner(hardCtx context.Context) {
 		select {
 		case <-s.stopping:
 			return
+		case h := <-s.hold.due:
+			s.start(hardCtx, h.q, h.d)
 		case q := <-s.queue:
 			select {
 			case s.room <- struct{}{}:
@@ -482,17 +497,28 @@ func (s *Service) reReport(rec *kgo.Record, r *run, out schema.Lifecycle, log *s
 	}
 }
 
-// process runs one dispatch, from dedup to its acknowledged terminal event.
+// process runs one dispatch, from dedup to its acknowledged terminal event;
+// one leased ahead of its due time goes to the hold, or, when the hold is
+// full, waits here.
 func (s *Service) process(hardCtx context.Context, q queued) {
 	d, ok := s.decode(q.rec)
 	if !ok {
 		s.consumer.MarkCommitRecords(q.rec)
 		return
 	}
+	if d.NotBefore != nil && time.Until(*d.NotBefore) > 0 && s.hold.add(q, d) {
+		return // the hold hands it to a runner when due
+	}
 	if !s.awaitNotBefore(d) {
 		s.queue <- q // stopping: handed back with the dispatches never started
 		return
 	}
+	s.start(hardCtx, q, d)
+}
+
+// start runs dispatch d (of record q) that is due: admission, then the
+// handler and its outcome.
+func (s *Service) start(hardCtx context.Context, q queued, d schema.Dispatch) {
 	log := s.jobLogger(d.JobRef, q.rec.Context, d.DispatchID)
 	r, h := s.admit(hardCtx, q, d, log)
 	if r == nil {
@@ -829,10 +855,11 @@ func (s *Service) statusLoop(ctx context.Context) {
 func (s *Service) status(stopping bool) *schema.WorkerStatus {
 	st := &schema.WorkerStatus{
 		WorkerID: s.cfg.WorkerID, Pool: s.cfg.Pool, Slots: s.cfg.Concurrency, Running: s.runningCount(),
-		At: time.Now().UTC(), Stopping: stopping, Routing: s.routing(),
+		At: time.Now().UTC(), Stopping: stopping, Routing: s.routing(), Hold: max(s.cfg.Hold, 0),
 	}
 	if stopping {
 		st.Routing.Partitions = []int32{}
+		st.Hold = 0
 	}
 	return st
 }

@@ -36,6 +36,12 @@ type Config struct {
 	// a queue smaller than that makes the worker pause and resume fetching
 	// all the time. Defaults to max(Concurrency, 1024).
 	QueueSize int
+	// Hold is how many dispatches leased ahead of their not-before the
+	// worker keeps waiting outside its slots (FERRY_WORKER_HOLD). The
+	// worker announces it; the scheduler leases at most that many ahead to
+	// the pool. A dispatch that does not fit waits in a runner, as every
+	// one does with NoHold, which turns lease-ahead off for this worker.
+	Hold int
 	// WorkerID identifies this worker in events (FERRY_WORKER_ID). Defaults
 	// to hostname-pid.
 	WorkerID string
@@ -79,6 +85,10 @@ type Config struct {
 	loadErr error
 }
 
+// NoHold is the Hold of a worker that holds no dispatch leased ahead
+// (FERRY_WORKER_HOLD=0): the scheduler leases nothing ahead to it.
+const NoHold = -1
+
 // WithDefaults returns c with zero fields set to their defaults: a setting
 // read from an environment variable takes the default platform/config.Vars
 // declares for it, the others the default written here.
@@ -86,6 +96,7 @@ func (c Config) WithDefaults() Config {
 	config.DefaultVar(&c.Pool, "FERRY_WORKER_POOL")
 	config.DefaultVar(&c.Concurrency, "FERRY_WORKER_CONCURRENCY")
 	config.Default(&c.QueueSize, max(c.Concurrency, 1024))
+	config.DefaultVar(&c.Hold, "FERRY_WORKER_HOLD")
 	if c.WorkerID == "" {
 		host, _ := os.Hostname()
 		if host == "" {
@@ -113,6 +124,9 @@ func (c Config) Validate() error {
 	if c.Concurrency < 1 {
 		errs = append(errs, errors.New("FERRY_WORKER_CONCURRENCY must be ≥ 1"))
 	}
+	if c.Hold < NoHold {
+		errs = append(errs, errors.New("FERRY_WORKER_HOLD must be ≥ 0"))
+	}
 	if c.Grace < 0 || c.Heartbeat <= 0 {
 		errs = append(errs, errors.New("FERRY_WORKER_GRACE must be ≥ 0 and FERRY_WORKER_HEARTBEAT > 0"))
 	}
@@ -133,9 +147,14 @@ func (c Config) Validate() error {
 
 // LoadConfig reads the worker's settings.
 func LoadConfig(l *config.Loader) Config {
+	hold := l.Int("FERRY_WORKER_HOLD")
+	if hold == 0 {
+		hold = NoHold
+	}
 	c := Config{
 		Pool:          l.String("FERRY_WORKER_POOL"),
 		Concurrency:   l.Int("FERRY_WORKER_CONCURRENCY"),
+		Hold:          hold,
 		WorkerID:      l.String("FERRY_WORKER_ID"),
 		Grace:         l.Duration("FERRY_WORKER_GRACE"),
 		Heartbeat:     l.Duration("FERRY_WORKER_HEARTBEAT"),

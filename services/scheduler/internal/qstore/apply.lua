@@ -289,20 +289,27 @@ ops.X = function(o)
   end
 end
 
--- W pool worker slots expires_ms stopping routing (JSON, '' when none)
+-- W pool worker slots expires_ms stopping routing (JSON, '' when none) hold
 ops.W = function(o)
   local pool, w = ARGV[o], ARGV[o + 1]
-  local wz, wh = P .. 'pool:' .. pool .. ':workers', P .. 'pool:' .. pool .. ':slots'
+  local pp = P .. 'pool:' .. pool
+  local wz, wh, holds = pp .. ':workers', pp .. ':slots', pp .. ':holds'
   local exp = tonumber(ARGV[o + 3])
   if ARGV[o + 4] == '1' then
     redis.call('ZREM', wz, w)
     redis.call('HDEL', wh, w)
+    redis.call('HDEL', holds, w)
     route_forget(pool, w)
   elseif exp > now then
     redis.call('ZADD', wz, 'GT', exp, w)
     -- ZADD GT refuses an older announcement; only then take its slots.
     if tonumber(redis.call('ZSCORE', wz, w)) == exp then
       redis.call('HSET', wh, w, ARGV[o + 2])
+      if (tonumber(ARGV[o + 6]) or 0) > 0 then
+        redis.call('HSET', holds, w, ARGV[o + 6])
+      else
+        redis.call('HDEL', holds, w)
+      end
       route_set(pool, w, ARGV[o + 5])
     end
     out[1] = 1
@@ -379,7 +386,7 @@ ops.T = function(o)
 end
 
 -- ARITY is each op's argument count.
-local ARITY = {E = 17, S = 3, C = 5, F = 5, X = 2, W = 6, H = 2, R = 2, D = 2, B = 2, A = 2, U = 4, T = 3}
+local ARITY = {E = 17, S = 3, C = 5, F = 5, X = 2, W = 7, H = 2, R = 2, D = 2, B = 2, A = 2, U = 4, T = 3}
 
 local i = 6
 while i <= #ARGV do

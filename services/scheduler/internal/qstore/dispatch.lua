@@ -26,6 +26,7 @@ local held = PP .. ':held'
 for _, w in ipairs(redis.call('ZRANGEBYSCORE', wz, '-inf', now)) do
   redis.call('ZREM', wz, w)
   redis.call('HDEL', wh, w)
+  redis.call('HDEL', PP .. ':holds', w)
   route_forget(pool, w)
 end
 
@@ -44,64 +45,31 @@ for _, leases in ipairs({inflight, held}) do
   end
 end
 
--- 3a. Lease-ahead (lookahead_ms > 0): a delayed job due by horizon is made
--- ready now with its due time as not-before (nb, in its dispatch), so its
--- dispatch reaches a worker before it is due and the worker starts it at
--- that instant, never earlier. Only jobs no gate decides on go ahead: one
--- with a concurrency key, or of a tenant with dispatch rate limits or a
--- breaker not closed, stays delayed until due, so flow control decides on
--- it at its due time. And only into idle slots: at most the pool's live
--- slots minus its jobs in flight and ready, so a job waiting for its due
--- time never holds a slot a job ready now could use (a busy pool leases
--- nothing ahead). lease_ahead returns true when it made a full chunk ready
--- with room left (more may follow at once).
+-- 3a. Lease-ahead (lookahead_ms > 0), into the workers' holds: a delayed
+-- job due by now + lookahead is dispatched now (5c) with its due time as
+-- not-before (nb); its worker keeps it in its hold, outside its handler
+-- slots, and starts it at that instant, never earlier. Each worker
+-- announces how many dispatches it holds (holds); the jobs leased ahead
+-- and not yet due are in the ahead set, scored by nb. They take no slot
+-- until due (capacity, 4, does not count them in flight); once due they
+-- leave the ahead set and count like every job in flight. A job leased
+-- ahead and cancelled or lost before its due time stays counted until
+-- then: at most the look-ahead, and never more than the holds.
+local aheadk = PP .. ':ahead'
+local ahead = tonumber(ARGV[12]) or 0
+redis.call('ZREMRANGEBYSCORE', aheadk, '-inf', now)
+local n_ahead = redis.call('ZCARD', aheadk)
+local ahead_room = 0
+if ahead > 0 then
+  for _, h in ipairs(redis.call('HVALS', PP .. ':holds')) do ahead_room = ahead_room + tonumber(h) end
+  ahead_room = ahead_room - n_ahead
+end
 local slots = 0
 for _, s in ipairs(redis.call('HVALS', wh)) do slots = slots + tonumber(s) end
-local ahead_room
-local function idle_slots(queues)
-  if not ahead_room then
-    ahead_room = slots - redis.call('ZCARD', inflight)
-    for _, q in ipairs(queues) do ahead_room = ahead_room - redis.call('ZCARD', P .. 'q:' .. q .. ':ready') end
-  end
-  return ahead_room
-end
-local gated_tenants = {}
-local function tenant_gated(t)
-  local g = gated_tenants[t]
-  if g == nil then
-    local c = redis.call('HMGET', P .. 'tenant:' .. t .. ':cfg', 'rg', 'bg')
-    g = c[1] == '1' or c[2] == '1'
-    gated_tenants[t] = g
-  end
-  return g
-end
-local function lease_ahead(dk, horizon, queues)
-  if idle_slots(queues) <= 0 then return false end
-  local soon = redis.call('ZRANGEBYSCORE', dk, '(' .. now, horizon, 'WITHSCORES', 'LIMIT', 0, 1000)
-  local went = {}
-  for k = 1, #soon, 2 do
-    if ahead_room <= 0 then break end
-    local id = soon[k]
-    local jk = P .. 'job:' .. id
-    local f = redis.call('HMGET', jk, 'state', 'pool', 'queue', 'tenant', 'prio', 'ck')
-    if f[1] ~= 'delayed' then
-      went[#went + 1] = id -- a stale entry
-    elseif (not f[6] or f[6] == '') and not tenant_gated(f[4] or '') then
-      went[#went + 1] = id
-      ahead_room = ahead_room - 1
-      redis.call('HSET', jk, 'nb', soon[k + 1])
-      fair_make_ready(jk, id, false, {pool = f[2] or 'short', queue = f[3] or 'default', tenant = f[4] or '', prio = f[5]}, true)
-    end
-  end
-  if #went > 0 then redis.call('ZREM', dk, unpack(went)) end
-  return #soon == 2000 and #went > 0 and ahead_room > 0
-end
 
 -- 3. Due delayed jobs. A score is the due time rounded up to the ms, so
 -- nothing is promoted early. Queues that stay empty leave the pool's index
 -- (prune.lua), so this loop costs what the live queues cost.
-local ahead = tonumber(ARGV[12]) or 0
-local ahead_full = false
 local queues = redis.call('SMEMBERS', PP .. ':queues')
 for _, q in ipairs(queues) do
   local dk = P .. 'q:' .. q .. ':delayed'
@@ -114,7 +82,6 @@ for _, q in ipairs(queues) do
       fair_make_ready(jk, id, false, {pool = f[2] or 'short', queue = f[3] or 'default', tenant = f[4] or '', prio = f[5]}, true)
     end
   end
-  if ahead > 0 and #due < 1000 and lease_ahead(dk, now + ahead, queues) then ahead_full = true end
 end
 
 -- 3b. Gates whose timer is due (rate-limit refills, breaker cool-downs)
@@ -126,12 +93,26 @@ gate_wakeups(now)
 local rt = route_table(pool)
 route_release(rt, pool)
 
--- 4. Capacity (slots: 3a). No live worker, no dispatch.
+-- 4. Capacity (slots: 3a): the jobs in flight, less those leased ahead and
+-- not yet due (they wait in the holds). No live worker, no dispatch.
 local cap = 0
-if slots > 0 then cap = slots + prefetch - redis.call('ZCARD', inflight) end
+if slots > 0 then cap = slots + prefetch - (redis.call('ZCARD', inflight) - n_ahead) end
 if cap > maxb then cap = maxb end
 
+local def_est = tonumber(ARGV[11]) or 1000
 local disp, exp, tps, parts, nbs = {}, {}, {}, {}, {}
+-- emit adds dispatch did of job id to the reply; f holds the job's
+-- attempt, tenant, created, ready, spec and tp fields at 3 to 8 (the
+-- field order of the reads in 5 and 5c); nb is its not-before (0: none).
+local function emit(id, did, f, lease_until, part, nb)
+  disp[#disp + 1] = id
+  disp[#disp + 1] = did
+  for m = 3, 7 do disp[#disp + 1] = f[m] or '' end
+  disp[#disp + 1] = lease_until
+  tps[#tps + 1] = f[8] or ''
+  parts[#parts + 1] = part
+  nbs[#nbs + 1] = nb
+end
 local function expired(jk, id)
   local f = redis.call('HMGET', jk, 'attempt', 'tenant', 'created', 'ready', 'spec', 'history', 'rf')
   exp[#exp + 1] = id
@@ -159,7 +140,6 @@ if cap > 0 then
   local ak, vk = PP .. ':active', PP .. ':vt'
   local vnow = tonumber(redis.call('GET', PP .. ':vnow')) or 0
   local vnow0 = vnow
-  local def_est = tonumber(ARGV[11]) or 1000
   local cursors, unready, leases, running = {}, {}, {}, {}
 
   -- cur_read reads the first jobs of cursor c's set.
@@ -295,14 +275,9 @@ if cap > 0 then
         leases[#leases + 1] = lease_until
         leases[#leases + 1] = id
         fair_push(running, best.t, id)
-        disp[#disp + 1] = id
-        disp[#disp + 1] = did
-        for m = 3, 7 do disp[#disp + 1] = f[m] or '' end
-        disp[#disp + 1] = lease_until
-        tps[#tps + 1] = f[8] or ''
-        parts[#parts + 1] = route_partition(rt, f[9], id)
         local nb = tonumber(f[14])
-        if nb and nb > now then nbs[#nbs + 1] = nb else nbs[#nbs + 1] = 0 end
+        if not nb or nb <= now then nb = 0 end
+        emit(id, did, f, lease_until, route_partition(rt, f[9], id), nb)
       elseif parked >= GATE_CHUNK then
         break
       end
@@ -316,6 +291,92 @@ if cap > 0 then
     end
   end
   if vnow > vnow0 then redis.call('SET', PP .. ':vnow', vnow) end
+end
+
+-- 5c. Lease-ahead (3a), after the jobs ready now. Only jobs no gate
+-- decides on go ahead, so flow control decides on the others at their due
+-- time (3): no concurrency key; a tenant without dispatch rate limits, a
+-- breaker not closed or max_running; a queue its tenant has not paused; a
+-- type a live worker takes; no not_after before the due time. Each is
+-- charged to its tenant's virtual time as a dispatch in 5 is (settled by
+-- its completion), so scheduling ahead buys no share.
+local ahead_full, ahead_n = false, 0
+local ahead_tenants, ahead_leases, ahead_nbs, ahead_running, ahead_tdel = {}, {}, {}, {}, {}
+-- ahead_tenant is what lease-ahead needs of tenant t's settings.
+local function ahead_tenant(t)
+  local c = ahead_tenants[t]
+  if not c then
+    local v = redis.call('HMGET', P .. 'tenant:' .. t .. ':cfg', 'w', 'max', 'rg', 'bg')
+    local w = tonumber(v[1]) or 1
+    if w <= 0 then w = 1 end
+    c = {w = w, gated = (tonumber(v[2]) or 0) > 0 or v[3] == '1' or v[4] == '1', paused = {}}
+    ahead_tenants[t] = c
+  end
+  return c
+end
+-- may_go_ahead: job fields f (the read in lease_ahead) due at nb may be
+-- leased ahead.
+local function may_go_ahead(f, nb)
+  if f[1] ~= 'delayed' or f[12] ~= pool or (f[10] or '') ~= '' or not route_ok(rt, f[9]) then return false end
+  local na = tonumber(f[2])
+  if na and na <= nb then return false end
+  local c = ahead_tenant(f[4] or '')
+  if c.gated then return false end
+  local q = f[11] or 'default'
+  if c.paused[q] == nil then
+    c.paused[q] = redis.call('SISMEMBER', P .. 'tenant:' .. (f[4] or '') .. ':paused', q) == 1
+  end
+  return not c.paused[q]
+end
+-- lease_ahead leases the jobs of delayed set dk due by horizon that may go
+-- ahead, while the holds have room and the step's batch is not full; true
+-- when more may go at once (the step asks to run again).
+local function lease_ahead(dk, horizon)
+  local soon = redis.call('ZRANGEBYSCORE', dk, '(' .. now, horizon, 'WITHSCORES', 'LIMIT', 0, 1000)
+  local went, stopped = {}, false
+  for k = 1, #soon, 2 do
+    if ahead_room <= 0 or ahead_n >= maxb then
+      stopped = true
+      break
+    end
+    local id, nb = soon[k], tonumber(soon[k + 1])
+    local jk = P .. 'job:' .. id
+    local f = redis.call('HMGET', jk, 'state', 'na', 'attempt', 'tenant', 'created', 'ready', 'spec', 'tp', 'type',
+      'ck', 'queue', 'pool')
+    if f[1] ~= 'delayed' then
+      went[#went + 1] = id -- a stale entry
+    elseif may_go_ahead(f, nb) then
+      went[#went + 1] = id
+      local t = f[4] or ''
+      local c = ahead_tenant(t)
+      local est = fair_estimate(t, f[9]) or def_est
+      local m = pool .. '\n' .. t
+      fair_vt_delta[m] = (fair_vt_delta[m] or 0) + est / c.w
+      ahead_n, ahead_room = ahead_n + 1, ahead_room - 1
+      local did, lease_until = didp .. '-a' .. ahead_n, nb + lease
+      redis.call('HSET', jk, 'state', 'inflight', 'did', did, 'est', est, 'cw', c.w, 'nb', nb)
+      ahead_leases[#ahead_leases + 1], ahead_leases[#ahead_leases + 2] = lease_until, id
+      ahead_nbs[#ahead_nbs + 1], ahead_nbs[#ahead_nbs + 2] = nb, id
+      fair_push(ahead_running, t, id)
+      fair_push(ahead_tdel, fair_tq(pool, f[11] or 'default', t) .. ':delayed', id)
+      emit(id, did, f, lease_until, route_partition(rt, f[9], id), nb)
+    end
+  end
+  if #went > 0 then redis.call('ZREM', dk, unpack(went)) end
+  return ahead_room > 0 and (stopped or (#soon == 2000 and #went > 0))
+end
+if ahead_room > 0 then
+  for _, q in ipairs(queues) do
+    if lease_ahead(P .. 'q:' .. q .. ':delayed', now + ahead) then ahead_full = true end
+    if ahead_room <= 0 or ahead_n >= maxb then break end
+  end
+  if ahead_n > 0 then
+    fair_bulk('ZADD', inflight, ahead_leases)
+    fair_bulk('ZADD', aheadk, ahead_nbs)
+    for t, ids in pairs(ahead_running) do fair_bulk('SADD', P .. 'tenant:' .. t .. ':running', ids) end
+    for k, ids in pairs(ahead_tdel) do fair_bulk('ZREM', k, ids) end
+    fair_flush()
+  end
 end
 
 -- 5b. Parked jobs whose not_after passed expire as ready ones do.
@@ -347,6 +408,11 @@ for _, q in ipairs(queues) do
     if s - ahead > now then s = s - ahead end
     if next_due < 0 or s < next_due then next_due = s end
   end
+end
+-- Holds full: look again when the first job leased ahead is due.
+if ahead > 0 and ahead_room <= 0 then
+  local r = redis.call('ZRANGE', aheadk, 0, 0, 'WITHSCORES')
+  if #r > 0 and (next_due < 0 or tonumber(r[2]) < next_due) then next_due = tonumber(r[2]) end
 end
 local gate_ms = gate_next_ms()
 if gate_ms >= 0 and (next_due < 0 or gate_ms < next_due) then next_due = gate_ms end

@@ -30,7 +30,7 @@ func (b *bundle) dispatchAhead(now time.Time, maxBatch int) DispatchResult {
 // no NotBefore.
 func TestLeaseAheadCarriesTheDueTime(t *testing.T) {
 	b := setup(t)
-	b.worker(t0, "w1", 10)
+	b.workerHold(t0, "w1", 10, 10)
 	soon := t0.Add(100*time.Millisecond + 500*time.Microsecond)
 	later := t0.Add(2 * time.Second)
 	b.enqueue(t0, enq("soon", 1, "default", 5, soon), enq("later", 1, "default", 5, later), enq("now", 1, "default", 5, t0))
@@ -65,7 +65,7 @@ func TestLeaseAheadCarriesTheDueTime(t *testing.T) {
 // without a not-before.
 func TestLeaseAheadLeavesGatedJobsUntilDue(t *testing.T) {
 	b := setup(t)
-	b.worker(t0, "w1", 10)
+	b.workerHold(t0, "w1", 10, 10)
 	due := t0.Add(100 * time.Millisecond)
 	keyed := enqK("keyed", "x", "cust-a", 1)
 	keyed.RunAt = due
@@ -97,7 +97,7 @@ func TestLeaseAheadLeavesGatedJobsUntilDue(t *testing.T) {
 // its lease expires, with no not-before once it is past due.
 func TestLeaseAheadCancelAndLostLease(t *testing.T) {
 	b := setup(t)
-	b.worker(t0, "w1", 10)
+	b.workerHold(t0, "w1", 10, 10)
 	due := t0.Add(200 * time.Millisecond)
 	b.enqueue(t0, enq("gone", 1, "default", 5, due), enq("lost", 1, "default", 5, due))
 	first := b.dispatchAhead(t0, 512).Dispatched
@@ -106,7 +106,7 @@ func TestLeaseAheadCancelAndLostLease(t *testing.T) {
 	}
 	b.apply(t0, func(batch *Batch) { batch.Cancel("gone", "t1") })
 	expiry := first[0].LeaseUntil
-	b.worker(expiry, "w2", 10) // w1 went silent
+	b.workerHold(expiry, "w2", 10, 10) // w1 went silent
 	again := b.dispatchAhead(expiry, 512).Dispatched
 	if len(again) != 1 || again[0].JobID != "lost" || again[0].Attempt != 1 || again[0].DispatchID == byID(first, "lost").DispatchID ||
 		!again[0].NotBefore.IsZero() {
@@ -114,12 +114,14 @@ func TestLeaseAheadCancelAndLostLease(t *testing.T) {
 	}
 }
 
-// TestLeaseAheadOnlyIntoIdleSlots: jobs are leased ahead only into slots no
-// job in flight or ready now needs; a busy pool leases nothing ahead and
-// looks again when the first of them is due.
-func TestLeaseAheadOnlyIntoIdleSlots(t *testing.T) {
+// TestLeaseAheadIntoTheHolds: jobs are leased ahead up to what the pool's
+// workers hold, and take no slot until due: jobs ready now still get every
+// slot. With the holds full nothing more goes ahead, and the step looks
+// again when the first job held is due; once due, the held jobs count as
+// in flight.
+func TestLeaseAheadIntoTheHolds(t *testing.T) {
 	b := setup(t)
-	b.worker(t0, "w1", 10)
+	b.workerHold(t0, "w1", 10, 7)
 	due := t0.Add(100 * time.Millisecond)
 	es := []schema.Enqueued{enq("now1", 1, "default", 5, t0), enq("now2", 1, "default", 5, t0), enq("now3", 1, "default", 5, t0)}
 	for i := range 20 {
@@ -127,19 +129,49 @@ func TestLeaseAheadOnlyIntoIdleSlots(t *testing.T) {
 	}
 	b.enqueue(t0, es...)
 	res := b.dispatchAhead(t0, 512)
-	ahead := 0
+	if len(res.Dispatched) != 10 || aheadOf(res) != 7 {
+		t.Fatalf("dispatched %v (%d ahead), want the 3 ready and 7 ahead into the hold", ids(res.Dispatched), aheadOf(res))
+	}
+	var more []schema.Enqueued
+	for i := range 7 {
+		more = append(more, enq(fmt.Sprintf("late%d", i), 1, "default", 5, t0))
+	}
+	b.enqueue(t0, more...)
+	res = b.dispatchAhead(t0, 512)
+	if len(res.Dispatched) != 7 || aheadOf(res) != 0 || !res.NextDue.Equal(due) {
+		t.Fatalf("dispatched %v (%d ahead), next due %v; want the 7 ready now in the free slots, none ahead, a look at %v",
+			ids(res.Dispatched), aheadOf(res), res.NextDue, due)
+	}
+	b.enqueue(t0, enq("after", 1, "default", 5, t0))
+	if res := b.dispatchAhead(due, 512); len(res.Dispatched) != 0 {
+		t.Fatalf("once the held jobs are due (17 in flight on 10 slots): dispatched %v", ids(res.Dispatched))
+	}
+}
+
+// TestLeaseAheadNeedsAHold: a pool whose workers hold nothing (they
+// announce no hold) leases nothing ahead: the job goes once due.
+func TestLeaseAheadNeedsAHold(t *testing.T) {
+	b := setup(t)
+	b.worker(t0, "w1", 10)
+	due := t0.Add(100 * time.Millisecond)
+	b.enqueue(t0, enq("soon", 1, "default", 5, due))
+	if res := b.dispatchAhead(t0, 512); len(res.Dispatched) != 0 || !res.NextDue.Equal(due) {
+		t.Fatalf("dispatched %v, next due %v; want none until %v", ids(res.Dispatched), res.NextDue, due)
+	}
+	if res := b.dispatchAhead(due, 512); len(res.Dispatched) != 1 || aheadOf(res) != 0 {
+		t.Fatalf("at its due time: %v, want soon without not-before", ids(res.Dispatched))
+	}
+}
+
+// aheadOf counts the dispatches of res with a not-before.
+func aheadOf(res DispatchResult) int {
+	n := 0
 	for _, d := range res.Dispatched {
 		if !d.NotBefore.IsZero() {
-			ahead++
+			n++
 		}
 	}
-	if len(res.Dispatched) != 10 || ahead != 7 {
-		t.Fatalf("dispatched %v (%d ahead), want the 3 ready and 7 ahead into the idle slots", ids(res.Dispatched), ahead)
-	}
-	res = b.dispatchAhead(t0, 512)
-	if len(res.Dispatched) != 0 || !res.NextDue.Equal(due) {
-		t.Fatalf("full pool: dispatched %v, next due %v; want none, and a look at %v", ids(res.Dispatched), res.NextDue, due)
-	}
+	return n
 }
 
 // TestLeaseAheadBurst: a burst due at one instant larger than a step's
@@ -147,7 +179,7 @@ func TestLeaseAheadOnlyIntoIdleSlots(t *testing.T) {
 // with the burst's due time, none twice.
 func TestLeaseAheadBurst(t *testing.T) {
 	b := setup(t)
-	b.worker(t0, "w1", 5000)
+	b.workerHold(t0, "w1", 10, 5000)
 	due := t0.Add(200 * time.Millisecond)
 	const n = 2500
 	var es []schema.Enqueued

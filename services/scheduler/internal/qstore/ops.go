@@ -104,11 +104,15 @@ type workerOp struct {
 	Stopping       bool
 	// Routing is routingArg's JSON ("" when none).
 	Routing string
+	// Hold is how many dispatches leased ahead the worker holds for their
+	// not-before outside its slots (0: none, so the scheduler leases nothing
+	// ahead to it).
+	Hold int
 }
 
 func (workerOp) code() string { return "W" }
 func (o workerOp) args() []any {
-	return []any{o.Pool, o.WorkerID, o.Slots, o.ExpiresMs, flag(o.Stopping), o.Routing}
+	return []any{o.Pool, o.WorkerID, o.Slots, o.ExpiresMs, flag(o.Stopping), o.Routing, o.Hold}
 }
 
 // handBackOp (H) re-queues an attempt a stopping worker gave back.
@@ -336,7 +340,7 @@ func (b *Batch) Cancel(jobID, tenantID string) { b.add(cancelOp{JobID: jobID, Te
 // (route.go).
 func (b *Batch) Worker(ws schema.WorkerStatus, expires time.Time) {
 	b.add(workerOp{Pool: ws.Pool, WorkerID: ws.WorkerID, Slots: ws.Slots, ExpiresMs: expires.UnixMilli(),
-		Stopping: ws.Stopping, Routing: routingArg(ws.Routing)})
+		Stopping: ws.Stopping, Routing: routingArg(ws.Routing), Hold: ws.Hold})
 }
 
 // HandBack re-queues, at the front, an attempt a stopping worker gave back.

@@ -26,6 +26,8 @@
 //	                             lease deadline (ms); they take no worker slot
 //	P pool:<pool>:workers  ZSET  worker ids by liveness deadline (ms)
 //	P pool:<pool>:slots    HASH  worker id → slots
+//	P pool:<pool>:holds    HASH  worker id → dispatches it holds for their not-before (lease-ahead)
+//	P pool:<pool>:ahead    ZSET  job ids leased ahead into the holds by not-before (ms), until due
 //	P pool:<pool>:outbox   ZSET  expired (not_after) job ids whose dlq record awaits acknowledgement
 //	P seq                  STRING FIFO sequence (script calls reserve blocks of it: fair.lua)
 //	P epoch                STRING written once the state is complete (at first start or after a

@@ -76,8 +76,15 @@ func (b *bundle) enqueue(now time.Time, es ...schema.Enqueued) {
 
 func (b *bundle) worker(now time.Time, id string, slots int) {
 	b.t.Helper()
+	b.workerHold(now, id, slots, 0)
+}
+
+// workerHold announces a worker that holds up to hold dispatches leased
+// ahead of their due time.
+func (b *bundle) workerHold(now time.Time, id string, slots, hold int) {
+	b.t.Helper()
 	b.apply(now, func(batch *Batch) {
-		batch.Worker(schema.WorkerStatus{WorkerID: id, Pool: schema.PoolShort, Slots: slots, At: now}, now.Add(5*time.Second))
+		batch.Worker(schema.WorkerStatus{WorkerID: id, Pool: schema.PoolShort, Slots: slots, At: now, Hold: hold}, now.Add(5*time.Second))
 	})
 }
 
