@@ -133,7 +133,8 @@ end
 -- and its state written. Parking a job (routing, gates) touches no ready
 -- set; before an expiry, whose gates may put jobs back into ready sets,
 -- the pending writes go out, and the cursors read again after it.
-local popped, parked = 0, 0
+-- drained: the pops ended because no tenant had a ready job it may run.
+local popped, parked, drained = 0, 0, false
 if cap > 0 then
   local FAIR_SCAN = 512
   local HEADS = math.min(cap, 64)
@@ -235,7 +236,10 @@ if cap > 0 then
         if c then best, bc, id, score = x, c, hid, hs end
       end
     end
-    if not best then break end
+    if not best then
+      drained = true
+      break
+    end
     cur_take(bc, id)
     best.dirty = true
     popped = popped + 1
@@ -365,7 +369,18 @@ local function lease_ahead(dk, horizon)
   if #went > 0 then redis.call('ZREM', dk, unpack(went)) end
   return ahead_room > 0 and (stopped or (#soon == 2000 and #went > 0))
 end
-if ahead_room > 0 then
+-- Ready work first: while jobs ready now wait (the pops of 5 stopped at
+-- the capacity, or there was none and a ready set is not empty), nothing
+-- is leased ahead, so leasing ahead never delays a job due now; the
+-- delayed jobs go once due, or ahead once the pool has caught up.
+local function ready_waiting()
+  if cap > 0 then return not drained end
+  for _, q in ipairs(queues) do
+    if redis.call('ZCARD', P .. 'q:' .. q .. ':ready') > 0 then return true end
+  end
+  return false
+end
+if ahead_room > 0 and not ready_waiting() then
   for _, q in ipairs(queues) do
     if lease_ahead(P .. 'q:' .. q .. ':delayed', now + ahead) then ahead_full = true end
     if ahead_room <= 0 or ahead_n >= maxb then break end

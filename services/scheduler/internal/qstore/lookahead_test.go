@@ -207,3 +207,32 @@ func TestLeaseAheadBurst(t *testing.T) {
 		t.Fatalf("leased %d of %d ahead", len(seen), n)
 	}
 }
+
+// TestLeaseAheadReadyWorkFirst: while jobs ready now wait for a slot,
+// nothing is leased ahead (whether the step dispatched some of them or
+// had no capacity at all); once they are all dispatched, the delayed jobs
+// go ahead.
+func TestLeaseAheadReadyWorkFirst(t *testing.T) {
+	b := setup(t)
+	b.workerHold(t0, "w1", 2, 10)
+	due := t0.Add(100 * time.Millisecond)
+	var es []schema.Enqueued
+	for i := range 5 {
+		es = append(es, enq(fmt.Sprintf("now%d", i), 1, "default", 5, t0))
+	}
+	for i := range 3 {
+		es = append(es, enq(fmt.Sprintf("soon%d", i), 1, "default", 5, due))
+	}
+	b.enqueue(t0, es...)
+	if res := b.dispatchAhead(t0, 512); len(res.Dispatched) != 2 || aheadOf(res) != 0 {
+		t.Fatalf("dispatched %v (%d ahead), want 2 ready now and none ahead", ids(res.Dispatched), aheadOf(res))
+	}
+	if res := b.dispatchAhead(t0, 512); len(res.Dispatched) != 0 {
+		t.Fatalf("no free slot, jobs ready now waiting: dispatched %v", ids(res.Dispatched))
+	}
+	b.workerHold(t0, "w2", 8, 0)
+	res := b.dispatchAhead(t0, 512)
+	if len(res.Dispatched) != 6 || aheadOf(res) != 3 {
+		t.Fatalf("dispatched %v (%d ahead), want the 3 left ready now and the 3 delayed ahead", ids(res.Dispatched), aheadOf(res))
+	}
+}
