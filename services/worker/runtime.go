@@ -99,6 +99,9 @@ type run struct {
 	dispatchID string
 	cancel     context.CancelCauseFunc
 	abandoned  bool
+	// reported: its outcome is with the producer (finish); a stopping
+	// worker does not hand it back, the final flush delivers it.
+	reported bool
 }
 
 func newService(deps *service.Deps, cfg Config, reg *Registry, log *slog.Logger) *Service {
@@ -230,7 +233,7 @@ func (s *Service) handBackUnfinished() {
 	s.mu.Lock()
 	s.abandoned = true
 	for _, r := range s.running {
-		if !r.abandoned {
+		if !r.abandoned && !r.reported {
 			r.abandoned = true
 			s.handedBack = append(s.handedBack, r.ref)
 		}
@@ -750,35 +753,50 @@ func storableResult(b []byte, log *slog.Logger) []byte {
 	return clean
 }
 
-// finish produces the terminal event and waits for its acknowledgement
-// before the slot counts as free. A failure's message is made storable
-// text here, whatever built it.
+// finish produces the terminal event. The runner goes on at once; the
+// job stays running (duplicates of it are dropped) until the record is
+// acknowledged, and counts as completed only then (rememberLocked). A
+// failure's message is made storable text here, whatever built it.
 func (s *Service) finish(ctx context.Context, r *run, data schema.Lifecycle, completed bool, log *slog.Logger) {
 	if f, ok := data.(*schema.Failed); ok {
 		f.Error.Message = schema.EventText(f.Error.Message, maxErrorMessage)
 	}
 	s.mu.Lock()
 	skip := r.abandoned
+	r.reported = !skip
 	s.mu.Unlock()
-	acked := skip // an abandoned (superseded) copy has nothing to report
-	if !skip {
-		rec, err := schema.NewRecord(s.deps.Topics.Lifecycle(data.EventType()), source, data)
-		if err == nil {
-			// ProduceSync retries within the client's own limits until
-			// the deadline: that is the bounded retry of this report.
-			pctx, cancel := context.WithTimeout(ctx, terminalTimeout)
-			err = s.prod.ProduceSync(pctx, rec).FirstErr()
-			cancel()
-		}
-		acked = err == nil
-		if err != nil {
-			log.Error("producing terminal event; the job's next dispatch re-reports it", "event", data.EventType(), "err", err)
-		} else if f, ok := data.(*schema.Failed); ok {
-			log.Info("job failed", "class", f.Error.Class, "err", f.Error.Message)
-		} else {
-			log.Debug("job completed")
-		}
+	if skip { // an abandoned (superseded) copy has nothing to report
+		s.ended(r, data, completed, true)
+		return
 	}
+	rec, err := schema.NewRecord(s.deps.Topics.Lifecycle(data.EventType()), source, data)
+	if err != nil {
+		s.afterReport(r, data, completed, err, log)
+		return
+	}
+	// The producer retries within its own limits until the deadline: that
+	// is the bounded retry of this report.
+	pctx, cancel := context.WithTimeout(ctx, terminalTimeout)
+	s.prod.Produce(pctx, rec, func(_ *kgo.Record, err error) {
+		cancel()
+		s.afterReport(r, data, completed, err, log)
+	})
+}
+
+// afterReport logs how the terminal report of r went and ends r.
+func (s *Service) afterReport(r *run, data schema.Lifecycle, completed bool, err error, log *slog.Logger) {
+	if err != nil {
+		log.Error("producing terminal event; the job's next dispatch re-reports it", "event", data.EventType(), "err", err)
+	} else if f, ok := data.(*schema.Failed); ok {
+		log.Info("job failed", "class", f.Error.Class, "err", f.Error.Message)
+	} else {
+		log.Debug("job completed")
+	}
+	s.ended(r, data, completed, err == nil)
+}
+
+// ended forgets r as running and remembers its outcome.
+func (s *Service) ended(r *run, data schema.Lifecycle, completed, acked bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.running[r.ref.JobID] == r {
