@@ -120,7 +120,13 @@ func (c Config) WithDefaults() Config {
 	config.DefaultVar(&c.PrefetchWindow, "FERRY_SCHEDULER_PREFETCH_WINDOW")
 	config.DefaultVar(&c.PrefetchMax, "FERRY_SCHEDULER_PREFETCH_MAX")
 	config.DefaultVar(&c.Tick, "FERRY_SCHEDULER_TICK")
-	config.DefaultVar(&c.Lookahead, "FERRY_SCHEDULER_LOOKAHEAD")
+	if c.Lookahead == 0 {
+		// The declared default, kept below the lease: a short lease
+		// (FERRY_SCHEDULER_LEASE=2s in the chaos tests) must not make the
+		// default look-ahead invalid. One set explicitly is validated.
+		config.DefaultVar(&c.Lookahead, "FERRY_SCHEDULER_LOOKAHEAD")
+		c.Lookahead = min(c.Lookahead, c.Lease/2)
+	}
 	config.DefaultVar(&c.RetryBase, "FERRY_SCHEDULER_RETRY_BASE")
 	config.DefaultVar(&c.RetryMax, "FERRY_SCHEDULER_RETRY_MAX")
 	config.DefaultVar(&c.CheckpointInterval, "FERRY_SCHEDULER_CHECKPOINT_INTERVAL")
@@ -236,7 +242,10 @@ func LoadConfig(l *config.Loader) (Config, error) {
 		prefetch = NoPrefetch
 	}
 	lookahead := l.Duration("FERRY_SCHEDULER_LOOKAHEAD")
-	if lookahead == 0 {
+	switch {
+	case !l.IsSet("FERRY_SCHEDULER_LOOKAHEAD"):
+		lookahead = 0 // the default, below the lease (WithDefaults)
+	case lookahead == 0:
 		lookahead = NoLookahead
 	}
 	return Config{

@@ -3,6 +3,7 @@ package scheduler
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ferryhq/ferry/platform/config"
 	"github.com/ferryhq/ferry/platform/testenv"
@@ -63,5 +64,27 @@ func TestLookaheadZeroMeansNone(t *testing.T) {
 	err := load("1m").Validate()
 	if err == nil || !strings.Contains(err.Error(), "FERRY_SCHEDULER_LOOKAHEAD") {
 		t.Fatalf("a look-ahead past the lease: %v, want an error naming FERRY_SCHEDULER_LOOKAHEAD", err)
+	}
+}
+
+// TestDefaultLookaheadStaysBelowTheLease: with a lease no longer than the
+// default look-ahead and no look-ahead set, the default is cut to half the
+// lease instead of refusing to start; one set explicitly is still refused.
+func TestDefaultLookaheadStaysBelowTheLease(t *testing.T) {
+	env := map[string]string{"FERRY_SCHEDULER_LEASE": "2s"}
+	load := func() Config {
+		t.Helper()
+		cfg, err := LoadConfig(config.NewLoader(func(k string) (string, bool) { v, ok := env[k]; return v, ok }))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cfg.WithDefaults()
+	}
+	if cfg := load(); cfg.Lookahead != time.Second || cfg.Validate() != nil {
+		t.Fatalf("lease 2s: Lookahead = %v (%v), want 1s and valid", cfg.Lookahead, cfg.Validate())
+	}
+	env["FERRY_SCHEDULER_LOOKAHEAD"] = "2s"
+	if err := load().Validate(); err == nil || !strings.Contains(err.Error(), "FERRY_SCHEDULER_LOOKAHEAD") {
+		t.Fatalf("an explicit look-ahead of the lease: %v, want an error naming FERRY_SCHEDULER_LOOKAHEAD", err)
 	}
 }
