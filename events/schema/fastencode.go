@@ -88,41 +88,30 @@ func appendHot(b []byte, data Data) ([]byte, bool) {
 // appendHotPointer is appendHot for a pointer to a hot type, as the worker
 // passes its attempt reports (a nil one is json.Marshal's "null": not hot).
 func appendHotPointer(b []byte, data Data) ([]byte, bool) {
-	var e encoder
 	switch v := data.(type) {
 	case *Enqueued:
-		if v == nil {
-			return b, false
-		}
-		b = e.enqueued(b, v)
+		return appendVia(b, v, (*encoder).enqueued)
 	case *Dispatch:
-		if v == nil {
-			return b, false
-		}
-		b = e.dispatch(b, v)
+		return appendVia(b, v, (*encoder).dispatch)
 	case *Started:
-		if v == nil {
-			return b, false
-		}
-		b = e.started(b, v)
+		return appendVia(b, v, (*encoder).started)
 	case *Progress:
-		if v == nil {
-			return b, false
-		}
-		b = e.progress(b, v)
+		return appendVia(b, v, (*encoder).progress)
 	case *Completed:
-		if v == nil {
-			return b, false
-		}
-		b = e.completed(b, v)
+		return appendVia(b, v, (*encoder).completed)
 	case *Failed:
-		if v == nil {
-			return b, false
-		}
-		b = e.failed(b, v)
-	default:
+		return appendVia(b, v, (*encoder).failed)
+	}
+	return b, false
+}
+
+// appendVia appends *v with the encoder's method for its type.
+func appendVia[T any](b []byte, v *T, write func(*encoder, []byte, *T) []byte) ([]byte, bool) {
+	if v == nil {
 		return b, false
 	}
+	var e encoder
+	b = write(&e, b, v)
 	return b, !e.refused
 }
 

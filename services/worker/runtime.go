@@ -500,7 +500,7 @@ func (s *Service) reReport(rec *kgo.Record, r *run, out schema.Lifecycle, log *s
 	}
 }
 
-// process runs one dispatch, from dedup to its acknowledged terminal event;
+// process runs one dispatch, from dedup to its terminal event (finish);
 // one leased ahead of its due time goes to the hold, or, when the hold is
 // full, waits here.
 func (s *Service) process(hardCtx context.Context, q queued) {
