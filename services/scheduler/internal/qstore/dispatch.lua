@@ -119,6 +119,30 @@ local function expired(jk, id)
   for k = 1, 7 do exp[#exp + 1] = f[k] or '' end
 end
 
+-- tenant_settings is what a step needs of tenant t's settings, read once
+-- per step (by 5 and 5c): its weight (at least 1), its max_running (0:
+-- none), its gates' flags (rg: dispatch rate limits, bg: a breaker not
+-- closed) and, filled by paused_queue, the queues it paused.
+local tenant_settings_of = {}
+local function tenant_settings(t)
+  local c = tenant_settings_of[t]
+  if not c then
+    local v = redis.call('HMGET', P .. 'tenant:' .. t .. ':cfg', 'w', 'max', 'rg', 'bg')
+    local w = tonumber(v[1]) or 1
+    if w <= 0 then w = 1 end
+    c = {w = w, max = tonumber(v[2]) or 0, rg = v[3], bg = v[4], paused = {}}
+    tenant_settings_of[t] = c
+  end
+  return c
+end
+-- paused_queue: tenant t, of settings c, paused queue q.
+local function paused_queue(c, t, q)
+  if c.paused[q] == nil then
+    c.paused[q] = redis.call('SISMEMBER', P .. 'tenant:' .. t .. ':paused', q) == 1
+  end
+  return c.paused[q]
+end
+
 -- 5. Pop up to cap jobs, fairly across tenants (fair.lua): each pick takes
 -- the active tenant with the least virtual time that is under its
 -- max_running and has a ready job in a queue it has not paused, pops that
@@ -200,17 +224,13 @@ if cap > 0 then
   local act = redis.call('ZRANGE', ak, 0, FAIR_SCAN - 1, 'WITHSCORES')
   for k = 1, #act, 2 do
     local t = act[k]
-    local c = redis.call('HMGET', P .. 'tenant:' .. t .. ':cfg', 'w', 'max', 'rg', 'bg')
-    local w = tonumber(c[1]) or 1
-    if w <= 0 then w = 1 end
-    local maxr = tonumber(c[2]) or 0
+    local c = tenant_settings(t)
     local room = cap
-    if maxr > 0 then room = maxr - redis.call('SCARD', P .. 'tenant:' .. t .. ':running') end
-    local pausedk = P .. 'tenant:' .. t .. ':paused'
-    local x = {t = t, vt = tonumber(act[k + 1]), w = w, room = room, cursors = {}, dirty = false,
-      g = gate_tenant(t, c[3], c[4])}
+    if c.max > 0 then room = c.max - redis.call('SCARD', P .. 'tenant:' .. t .. ':running') end
+    local x = {t = t, vt = tonumber(act[k + 1]), w = c.w, room = room, cursors = {}, dirty = false,
+      g = gate_tenant(t, c.rg, c.bg)}
     for _, q in ipairs(redis.call('SMEMBERS', PP .. ':tq:' .. t)) do
-      if redis.call('SISMEMBER', pausedk, q) == 0 then
+      if not paused_queue(c, t, q) then
         local cur = {k = fair_tq(pool, q, t), q = q, taken = {}}
         cur_read(cur)
         if #cur.ids > 0 then
@@ -305,32 +325,17 @@ end
 -- charged to its tenant's virtual time as a dispatch in 5 is (settled by
 -- its completion), so scheduling ahead buys no share.
 local ahead_full, ahead_n = false, 0
-local ahead_tenants, ahead_leases, ahead_nbs, ahead_running, ahead_tdel = {}, {}, {}, {}, {}
--- ahead_tenant is what lease-ahead needs of tenant t's settings.
-local function ahead_tenant(t)
-  local c = ahead_tenants[t]
-  if not c then
-    local v = redis.call('HMGET', P .. 'tenant:' .. t .. ':cfg', 'w', 'max', 'rg', 'bg')
-    local w = tonumber(v[1]) or 1
-    if w <= 0 then w = 1 end
-    c = {w = w, gated = (tonumber(v[2]) or 0) > 0 or v[3] == '1' or v[4] == '1', paused = {}}
-    ahead_tenants[t] = c
-  end
-  return c
-end
+local ahead_leases, ahead_nbs, ahead_running, ahead_tdel = {}, {}, {}, {}
 -- may_go_ahead: job fields f (the read in lease_ahead) due at nb may be
 -- leased ahead.
 local function may_go_ahead(f, nb)
   if f[1] ~= 'delayed' or f[12] ~= pool or (f[10] or '') ~= '' or not route_ok(rt, f[9]) then return false end
   local na = tonumber(f[2])
   if na and na <= nb then return false end
-  local c = ahead_tenant(f[4] or '')
-  if c.gated then return false end
-  local q = f[11] or 'default'
-  if c.paused[q] == nil then
-    c.paused[q] = redis.call('SISMEMBER', P .. 'tenant:' .. (f[4] or '') .. ':paused', q) == 1
-  end
-  return not c.paused[q]
+  local t = f[4] or ''
+  local c = tenant_settings(t)
+  if c.max > 0 or c.rg == '1' or c.bg == '1' then return false end
+  return not paused_queue(c, t, f[11] or 'default')
 end
 -- lease_ahead leases the jobs of delayed set dk due by horizon that may go
 -- ahead, while the holds have room and the step's batch is not full; true
@@ -352,7 +357,7 @@ local function lease_ahead(dk, horizon)
     elseif may_go_ahead(f, nb) then
       went[#went + 1] = id
       local t = f[4] or ''
-      local c = ahead_tenant(t)
+      local c = tenant_settings(t)
       local est = fair_estimate(t, f[9]) or def_est
       local m = pool .. '\n' .. t
       fair_vt_delta[m] = (fair_vt_delta[m] or 0) + est / c.w

@@ -236,3 +236,26 @@ func TestLeaseAheadReadyWorkFirst(t *testing.T) {
 		t.Fatalf("dispatched %v (%d ahead), want the 3 left ready now and the 3 delayed ahead", ids(res.Dispatched), aheadOf(res))
 	}
 }
+
+// TestLeaseAheadLeavesPausedAndCappedUntilDue: a job in a queue its tenant
+// paused, or of a tenant with max_running, is not leased ahead; a job of
+// the same due time in another queue (or of another tenant) is.
+func TestLeaseAheadLeavesPausedAndCappedUntilDue(t *testing.T) {
+	b := setup(t)
+	b.workerHold(t0, "w1", 10, 10)
+	b.tenants(map[string]TenantSettings{"capped": {MaxRunning: 5}})
+	if err := b.store.Pause(b.ctx, "t1", "held"); err != nil {
+		t.Fatal(err)
+	}
+	due := t0.Add(100 * time.Millisecond)
+	capped := enq("capped", 1, "default", 5, due)
+	capped.TenantID = "capped"
+	b.enqueue(t0, enq("paused", 1, "held", 5, due), capped, enq("free", 1, "default", 5, due))
+	res := b.dispatchAhead(t0, 512)
+	if got := ids(res.Dispatched); !slices.Equal(got, []string{"free"}) || !res.NextDue.Equal(due) {
+		t.Fatalf("leased ahead %v (next due %v), want only free, and a wake at %v", got, res.NextDue, due)
+	}
+	if got := ids(b.dispatchAhead(due, 512).Dispatched); !slices.Equal(got, []string{"capped"}) {
+		t.Fatalf("at their due time: %v, want capped (the paused queue still waits)", got)
+	}
+}
