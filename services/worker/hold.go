@@ -29,11 +29,10 @@ type hold struct {
 }
 
 // heldDispatch is a dispatch waiting in the hold: its record and its
-// decoded value, due at at.
+// decoded value, due at d.NotBefore.
 type heldDispatch struct {
-	q  queued
-	d  schema.Dispatch
-	at time.Time
+	q queued
+	d schema.Dispatch
 }
 
 func newHold(max int) *hold {
@@ -48,7 +47,7 @@ func (h *hold) add(q queued, d schema.Dispatch) bool {
 	if len(h.held) >= h.max {
 		return false
 	}
-	heap.Push(&h.held, heldDispatch{q: q, d: d, at: *d.NotBefore})
+	heap.Push(&h.held, heldDispatch{q: q, d: d})
 	if h.held[0].q.rec == q.rec {
 		select {
 		case h.wake <- struct{}{}:
@@ -97,7 +96,7 @@ func (h *hold) next() (next heldDispatch, wait time.Duration, ok bool) {
 	if len(h.held) == 0 {
 		return heldDispatch{}, 0, false
 	}
-	if wait = time.Until(h.held[0].at); wait > 0 {
+	if wait = time.Until(*h.held[0].d.NotBefore); wait > 0 {
 		return heldDispatch{}, wait, true
 	}
 	return heap.Pop(&h.held).(heldDispatch), 0, true
@@ -113,18 +112,11 @@ func (h *hold) drain() []heldDispatch {
 	return out
 }
 
-// len is how many dispatches the hold keeps now.
-func (h *hold) len() int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return len(h.held)
-}
-
 // heldHeap orders held dispatches by due time (container/heap).
 type heldHeap []heldDispatch
 
 func (x heldHeap) Len() int           { return len(x) }
-func (x heldHeap) Less(i, j int) bool { return x[i].at.Before(x[j].at) }
+func (x heldHeap) Less(i, j int) bool { return x[i].d.NotBefore.Before(*x[j].d.NotBefore) }
 func (x heldHeap) Swap(i, j int)      { x[i], x[j] = x[j], x[i] }
 func (x *heldHeap) Push(v any)        { *x = append(*x, v.(heldDispatch)) }
 func (x *heldHeap) Pop() any {

@@ -230,6 +230,7 @@ func (s *Service) awaitRunners(runners *sync.WaitGroup, hardCancel context.Cance
 // latter so no other worker re-reads them: the scheduler re-dispatches them
 // (one leased ahead with its not-before again, so never early).
 func (s *Service) handBackUnfinished() {
+	held := s.hold.drain()
 	s.mu.Lock()
 	s.abandoned = true
 	for _, r := range s.running {
@@ -238,11 +239,11 @@ func (s *Service) handBackUnfinished() {
 			s.handedBack = append(s.handedBack, r.ref)
 		}
 	}
-	s.mu.Unlock()
-	for _, h := range s.hold.drain() {
-		s.mu.Lock()
+	for _, h := range held {
 		s.handedBack = append(s.handedBack, h.d.JobRef)
-		s.mu.Unlock()
+	}
+	s.mu.Unlock()
+	for _, h := range held {
 		s.consumer.MarkCommitRecords(h.q.rec)
 	}
 	for {
