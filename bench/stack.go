@@ -32,6 +32,9 @@ type Target struct {
 	Redis    string
 	PID      int    // the serving process, for /proc/<pid>/status; 0 if unknown
 	Pprof    string // host:port of net/http/pprof in the serving process, "" if none
+	// BrokerPprof is host:port of net/http/pprof in ferry dev's broker
+	// child process, "" if none.
+	BrokerPprof string
 
 	cmd    *exec.Cmd
 	exited chan error
@@ -40,7 +43,9 @@ type Target struct {
 
 // pprofOverlay is compiled into the benchmark's ferry binary through
 // `go build -overlay`, without touching the repository: it serves
-// net/http/pprof on FERRY_BENCH_PPROF_ADDR when that is set.
+// net/http/pprof on FERRY_BENCH_PPROF_ADDR when that is set, or, in the
+// embedded broker's child process (the same binary run as dev-kafka, which
+// inherits the environment), on FERRY_BENCH_BROKER_PPROF_ADDR.
 const pprofOverlay = `package main
 
 import (
@@ -50,7 +55,11 @@ import (
 )
 
 func init() {
-	if addr := os.Getenv("FERRY_BENCH_PPROF_ADDR"); addr != "" {
+	addr := os.Getenv("FERRY_BENCH_PPROF_ADDR")
+	if len(os.Args) > 1 && os.Args[1] == "dev-kafka" {
+		addr = os.Getenv("FERRY_BENCH_BROKER_PPROF_ADDR")
+	}
+	if addr != "" {
 		go func() { _ = http.ListenAndServe(addr, nil) }()
 	}
 }
@@ -101,6 +110,10 @@ func startDev(ctx context.Context, bin, dataDir string, env []string, logw io.Wr
 	if err != nil {
 		return nil, err
 	}
+	brokerPprofAddr, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
 	readyFile := filepath.Join(dataDir, "dev.json")
 	cmd := exec.Command(bin, "dev", "--ready-file", readyFile)
 	cmd.Env = append(os.Environ(),
@@ -111,6 +124,7 @@ func startDev(ctx context.Context, bin, dataDir string, env []string, logw io.Wr
 		"FERRY_DEV_REDIS_PORT=0",
 		"FERRY_WORKER_CONCURRENCY=100",
 		"FERRY_BENCH_PPROF_ADDR="+pprofAddr,
+		"FERRY_BENCH_BROKER_PPROF_ADDR="+brokerPprofAddr,
 	)
 	cmd.Env = append(cmd.Env, env...)
 	stdout, err := cmd.StdoutPipe()
@@ -123,7 +137,7 @@ func startDev(ctx context.Context, bin, dataDir string, env []string, logw io.Wr
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	t := &Target{Tenant: "default", PID: cmd.Process.Pid, Pprof: pprofAddr, cmd: cmd, exited: make(chan error, 1), data: dataDir}
+	t := &Target{Tenant: "default", PID: cmd.Process.Pid, Pprof: pprofAddr, BrokerPprof: brokerPprofAddr, cmd: cmd, exited: make(chan error, 1), data: dataDir}
 	readyCtx, stopWaiting := context.WithTimeout(ctx, 120*time.Second)
 	defer stopWaiting()
 	go func() {

@@ -922,14 +922,19 @@ func (b *Bench) startProfile(ctx context.Context, name string, d time.Duration) 
 	}
 	var wg sync.WaitGroup
 	secs := fmt.Sprint(int(d.Seconds()))
-	for _, p := range []struct{ path, file string }{
-		{"/debug/pprof/profile?seconds=" + secs, name + "-cpu.pb.gz"},
-		{"/debug/pprof/allocs?seconds=" + secs, name + "-allocs.pb.gz"},
-	} {
+	profiles := []struct{ addr, path, file string }{
+		{b.t.Pprof, "/debug/pprof/profile?seconds=" + secs, name + "-cpu.pb.gz"},
+		{b.t.Pprof, "/debug/pprof/allocs?seconds=" + secs, name + "-allocs.pb.gz"},
+	}
+	if b.t.BrokerPprof != "" {
+		profiles = append(profiles, struct{ addr, path, file string }{
+			b.t.BrokerPprof, "/debug/pprof/profile?seconds=" + secs, name + "-broker-cpu.pb.gz"})
+	}
+	for _, p := range profiles {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+b.t.Pprof+p.path, nil)
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+p.addr+p.path, nil)
 			resp, err := http.DefaultClient.Do(req)
 			if err != nil {
 				fmt.Fprintln(b.log, "profile:", err)
