@@ -900,6 +900,9 @@ func TestRedis(t *testing.T) {
 	if !strings.Contains(cmd, "--maxmemory-policy noeviction") {
 		t.Errorf("redis command %q: queues must never be evicted (--maxmemory-policy noeviction)", cmd)
 	}
+	if !strings.Contains(cmd, "--hash-max-listpack-value 4096") {
+		t.Errorf("redis command %q: job hashes must stay listpacks (--hash-max-listpack-value 4096, as the dev Redis)", cmd)
+	}
 	if !hasNamedVolumeAt(s, "/data") {
 		t.Error("redis: no named volume at /data")
 	}

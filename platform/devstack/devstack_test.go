@@ -215,6 +215,10 @@ func TestRedisPersistsAcrossRestart(t *testing.T) {
 	if err != nil || cfg["appendonly"] != "yes" {
 		t.Fatalf("appendonly = %v, %v", cfg, err)
 	}
+	cfg, err = c.ConfigGet(ctx, "hash-max-listpack-value").Result()
+	if want := strconv.Itoa(RedisHashMaxListpackValue); err != nil || cfg["hash-max-listpack-value"] != want {
+		t.Fatalf("hash-max-listpack-value = %v, %v; want %s", cfg, err, want)
+	}
 	c.Close()
 	stop(t, p)
 

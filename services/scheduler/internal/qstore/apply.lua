@@ -99,12 +99,12 @@ end
 -- tenant) for the terminal TTL, in one command: a COPY of the marker
 -- template of that state and tenant (P marker:<state>:<tenant>, written and
 -- given the TTL once per script call), which brings the TTL along. The
--- marker is a fresh small hash: the job's own hash, once it held its spec,
--- is hashtable-encoded (a value over hash-max-listpack-value) and stays so
--- whatever its fields are set to, ~1.2 KB per finished job kept for the
--- terminal TTL (days); the copy is listpack-encoded, ~100 bytes. Nothing
--- reads a marker but its state (every reader treats a missing field as
--- absent).
+-- marker is a fresh small hash: the job's own hash holds its spec (a
+-- listpack of ~1 KB with the recommended hash-max-listpack-value, a hash
+-- table of ~1.2 KB once a value is over it, and it stays one whatever its
+-- fields are set to), kept for the terminal TTL (days); the copy is
+-- listpack-encoded, ~100 bytes. Nothing reads a marker but its state
+-- (every reader treats a missing field as absent).
 local marker_written = {}
 local function terminal(jk, state, tenant)
   tenant = tenant or ''
