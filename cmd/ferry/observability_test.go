@@ -154,6 +154,7 @@ func TestObservability(t *testing.T) {
 		"ferry_scheduler_dispatches_total", "ferry_scheduler_completions_total", "ferry_scheduler_retries_total",
 		"ferry_scheduler_dead_letters_total", "ferry_scheduler_lease_expiries_total",
 		"ferry_worker_handler_duration_seconds_bucket", "ferry_worker_attempts_bucket", "ferry_worker_start_latency_seconds_bucket",
+		"ferry_worker_running", "ferry_worker_held",
 		"ferry_kafka_consumer_lag", "ferry_sse_connections", "ferry_sse_log_events", "ferry_sse_log_horizon_seconds", "ferry_webhooks_deliveries_total",
 		"http_server_request_duration_seconds_bucket", "ferry_schedule_fire_delay_seconds_bucket",
 	}

@@ -57,6 +57,13 @@ func (h *hold) add(q queued, d schema.Dispatch) bool {
 	return true
 }
 
+// len is how many dispatches the hold keeps now (the worker's held gauge).
+func (h *hold) len() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.held)
+}
+
 // run hands the held dispatches to the runners as they come due, until
 // stop is closed; what it has not handed over stays in the hold (drain).
 func (h *hold) run(stop <-chan struct{}) {

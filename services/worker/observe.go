@@ -23,11 +23,42 @@ const (
 	MetricHandlerDuration = "ferry.worker.handler.duration"
 	MetricAttempts        = "ferry.worker.attempts"
 	MetricStartLatency    = "ferry.worker.start_latency"
+	MetricRunning         = "ferry.worker.running"
+	MetricHeld            = "ferry.worker.held"
 )
 
 // MetricNames are the OpenTelemetry names of the worker's metrics.
 func MetricNames() []string {
-	return []string{MetricHandlerDuration, MetricAttempts, MetricStartLatency}
+	return []string{MetricHandlerDuration, MetricAttempts, MetricStartLatency, MetricRunning, MetricHeld}
+}
+
+// registerGauges registers the gauges of this worker's slots and hold; call
+// the returned function to unregister them. Two workers of one process
+// (ferry dev's pools) observe the same gauges under their own pool.
+func (s *Service) registerGauges() func() {
+	m := otel.Meter("ferry/worker")
+	running, err1 := m.Int64ObservableGauge(MetricRunning, metric.WithUnit("{job}"),
+		metric.WithDescription("Jobs this worker runs in its slots (at most FERRY_WORKER_CONCURRENCY), by pool."))
+	held, err2 := m.Int64ObservableGauge(MetricHeld, metric.WithUnit("{dispatch}"),
+		metric.WithDescription("Dispatches leased ahead of their due time that this worker holds until due, outside its slots (at most FERRY_WORKER_HOLD), by pool."))
+	if err := errors.Join(err1, err2); err != nil {
+		otel.Handle(err)
+		return func() {}
+	}
+	a := metric.WithAttributes(attribute.String("pool", s.cfg.Pool))
+	reg, err := m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		s.mu.Lock()
+		n := len(s.running)
+		s.mu.Unlock()
+		o.ObserveInt64(running, int64(n), a)
+		o.ObserveInt64(held, int64(s.hold.len()), a)
+		return nil
+	}, running, held)
+	if err != nil {
+		otel.Handle(err)
+		return func() {}
+	}
+	return func() { _ = reg.Unregister() }
 }
 
 // secondsBuckets suit both sub-millisecond noop handlers and hour-long jobs.

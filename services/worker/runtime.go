@@ -164,6 +164,7 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	var holding sync.WaitGroup
 	holding.Go(func() { s.hold.run(s.stopping) })
+	defer s.registerGauges()() // observability: slots and hold (observe.go)
 	bgCtx, bgStop := context.WithCancel(context.WithoutCancel(ctx))
 	var bg sync.WaitGroup
 	bg.Go(func() { s.cancelLoop(bgCtx, cancels) })
