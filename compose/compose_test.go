@@ -900,8 +900,10 @@ func TestRedis(t *testing.T) {
 	if !strings.Contains(cmd, "--maxmemory-policy noeviction") {
 		t.Errorf("redis command %q: queues must never be evicted (--maxmemory-policy noeviction)", cmd)
 	}
-	if !strings.Contains(cmd, "--hash-max-listpack-value 4096") {
-		t.Errorf("redis command %q: job hashes must stay listpacks (--hash-max-listpack-value 4096, as the dev Redis)", cmd)
+	for _, flag := range []string{"--hash-max-listpack-value 4096", "--auto-aof-rewrite-percentage 400"} {
+		if !strings.Contains(cmd, flag) {
+			t.Errorf("redis command %q: lacks %s (the dev Redis's setting, docs/operations.md)", cmd, flag)
+		}
 	}
 	if !hasNamedVolumeAt(s, "/data") {
 		t.Error("redis: no named volume at /data")

@@ -215,9 +215,14 @@ func TestRedisPersistsAcrossRestart(t *testing.T) {
 	if err != nil || cfg["appendonly"] != "yes" {
 		t.Fatalf("appendonly = %v, %v", cfg, err)
 	}
-	cfg, err = c.ConfigGet(ctx, "hash-max-listpack-value").Result()
-	if want := strconv.Itoa(RedisHashMaxListpackValue); err != nil || cfg["hash-max-listpack-value"] != want {
-		t.Fatalf("hash-max-listpack-value = %v, %v; want %s", cfg, err, want)
+	for name, want := range map[string]int{
+		"hash-max-listpack-value":     RedisHashMaxListpackValue,
+		"auto-aof-rewrite-percentage": RedisAOFRewritePercentage,
+	} {
+		cfg, err = c.ConfigGet(ctx, name).Result()
+		if err != nil || cfg[name] != strconv.Itoa(want) {
+			t.Fatalf("%s = %v, %v; want %d", name, cfg, err, want)
+		}
 	}
 	c.Close()
 	stop(t, p)
