@@ -2,6 +2,7 @@ package qstore
 
 import (
 	"maps"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -12,17 +13,17 @@ import (
 // TestTerminalMarkerIsSmall: a finished job leaves a marker of its state
 // and tenant only, listpack-encoded, with the terminal TTL, a fraction of
 // the memory its hash took while it ran. The job's own hash turns
-// hashtable-encoded once it holds its spec and never shrinks back, so a
-// marker written into it kept ~1.2 KB per finished job in Redis for the
-// terminal TTL (days): after the benchmark's 130,000 jobs Redis held
-// ~200 MB, and each AOF rewrite forked and copied all of it while the
-// next workload ran. Late and replayed events of the job still change
-// nothing.
+// hashtable-encoded once it holds a spec over hash-max-listpack-value and
+// never shrinks back, so a marker written into it kept ~1.2 KB per finished
+// job in Redis for the terminal TTL (days): after the benchmark's 130,000
+// jobs Redis held ~200 MB, and each AOF rewrite forked and copied all of it
+// while the next workload ran. Late and replayed events of the job still
+// change nothing.
 func TestTerminalMarkerIsSmall(t *testing.T) {
 	b := setup(t)
 	b.worker(t0, "w1", 10)
 	e := enq("j", 1, "default", 5, t0)
-	e.Job.Payload = []byte(`{"text":"` + strings.Repeat("x", 200) + `"}`) // a spec over hash-max-listpack-value
+	e.Job.Payload = []byte(`{"text":"` + strings.Repeat("x", listpackValueLimit(t, b)+200) + `"}`) // a spec over hash-max-listpack-value
 	e.History = []schema.Attempt{{Attempt: 1, Class: schema.ClassAppError, Error: "boom"}}
 	b.enqueue(t0, e)
 	key := b.store.Prefix() + "job:j"
@@ -96,4 +97,20 @@ func (b *bundle) wantMarker(t *testing.T, id, state, tenant string) {
 	if ttl <= DefaultTerminalTTL-time.Minute || ttl > DefaultTerminalTTL {
 		t.Errorf("%s: marker TTL %v, want the terminal TTL %v", id, ttl, DefaultTerminalTTL)
 	}
+}
+
+// listpackValueLimit is the server's hash-max-listpack-value: a hash with a
+// longer value is a hash table (Ferry's Redis runs with 4096, Redis's
+// default is 64).
+func listpackValueLimit(t *testing.T, b *bundle) int {
+	t.Helper()
+	v, err := b.rdb.ConfigGet(b.ctx, "hash-max-listpack-value").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := strconv.Atoi(v["hash-max-listpack-value"])
+	if err != nil {
+		t.Fatalf("hash-max-listpack-value %v: %v", v, err)
+	}
+	return n
 }
