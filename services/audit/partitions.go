@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/ferryhq/ferry/platform/telemetry"
 	"github.com/ferryhq/ferry/services/audit/internal/store"
 )
 
@@ -142,7 +143,7 @@ func (s *Service) registerRunwayGauges() func() {
 		return func() {}
 	}
 	g := &runwayGauges{s: s}
-	reg, err := m.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+	return telemetry.Observe(m, func(ctx context.Context, o metric.Observer) error {
 		r, ok := g.read(ctx)
 		if !ok {
 			return nil
@@ -155,11 +156,6 @@ func (s *Service) registerRunwayGauges() func() {
 		o.ObserveInt64(inDefault, used)
 		return nil
 	}, ahead, inDefault)
-	if err != nil {
-		otel.Handle(err)
-		return func() {}
-	}
-	return func() { _ = reg.Unregister() }
 }
 
 func (g *runwayGauges) read(ctx context.Context) (store.Runway, bool) {

@@ -18,6 +18,7 @@ import (
 	"github.com/ferryhq/ferry/platform/httpx"
 	"github.com/ferryhq/ferry/platform/jobs"
 	"github.com/ferryhq/ferry/platform/kafkax"
+	"github.com/ferryhq/ferry/platform/telemetry"
 	"github.com/ferryhq/ferry/services/scheduler/internal/qstore"
 )
 
@@ -247,7 +248,7 @@ func (s *Service) registerGateGauges() func() {
 		otel.Handle(err2)
 		return func() {}
 	}
-	reg, err := m.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+	return telemetry.Observe(m, func(ctx context.Context, o metric.Observer) error {
 		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
 		g, err := s.store.Gates(ctx)
@@ -260,9 +261,4 @@ func (s *Service) registerGateGauges() func() {
 		o.ObserveInt64(open, g.OpenBreakers)
 		return nil
 	}, parked, open)
-	if err != nil {
-		otel.Handle(err)
-		return func() {}
-	}
-	return func() { _ = reg.Unregister() }
 }

@@ -199,7 +199,7 @@ func (s *Service) registerGauges() func() {
 		mc.leaseExpiries.Add(context.Background(), 0, mc.byPool.Get(p))
 	}
 	g := &gauges{s: s}
-	reg, err := m.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+	return telemetry.Observe(m, func(ctx context.Context, o metric.Observer) error {
 		depths, runs, at := g.snapshot(ctx)
 		for _, d := range depths {
 			a := metric.WithAttributes(attribute.String("pool", d.Pool), attribute.String("queue", d.Queue))
@@ -217,11 +217,6 @@ func (s *Service) registerGauges() func() {
 		}
 		return nil
 	}, ready, delayed, running, oldest)
-	if err != nil {
-		otel.Handle(err)
-		return func() {}
-	}
-	return func() { _ = reg.Unregister() }
 }
 
 func (g *gauges) snapshot(ctx context.Context) ([]qstore.QueueDepth, []qstore.Running, time.Time) {

@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/ferryhq/ferry/platform/kafkax"
+	"github.com/ferryhq/ferry/platform/telemetry"
 	"github.com/ferryhq/ferry/services/scheduler/internal/qstore"
 )
 
@@ -55,7 +56,7 @@ func (s *Service) registerRouteGauge() func() {
 		at   time.Time
 		last map[string]int64
 	)
-	reg, err := m.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+	return telemetry.Observe(m, func(ctx context.Context, o metric.Observer) error {
 		mu.Lock()
 		defer mu.Unlock()
 		if now := s.cfg.Now(); at.IsZero() || now.Sub(at) >= gaugeMaxAge {
@@ -73,9 +74,4 @@ func (s *Service) registerRouteGauge() func() {
 		}
 		return nil
 	}, g)
-	if err != nil {
-		otel.Handle(err)
-		return func() {}
-	}
-	return func() { _ = reg.Unregister() }
 }

@@ -46,7 +46,7 @@ func (s *Service) registerGauges() func() {
 		return func() {}
 	}
 	a := metric.WithAttributes(attribute.String("pool", s.cfg.Pool))
-	reg, err := m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+	return telemetry.Observe(m, func(_ context.Context, o metric.Observer) error {
 		s.mu.Lock()
 		n := len(s.running)
 		s.mu.Unlock()
@@ -54,11 +54,6 @@ func (s *Service) registerGauges() func() {
 		o.ObserveInt64(held, int64(s.hold.len()), a)
 		return nil
 	}, running, held)
-	if err != nil {
-		otel.Handle(err)
-		return func() {}
-	}
-	return func() { _ = reg.Unregister() }
 }
 
 // secondsBuckets suit both sub-millisecond noop handlers and hour-long jobs.
