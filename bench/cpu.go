@@ -2,10 +2,13 @@ package main
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/ferryhq/ferry/platform/devstack"
 )
@@ -143,6 +146,28 @@ func microsPerJob(a, b CPUTicks, n int) map[string]float64 {
 	}
 	out["total"] = round(float64(total)*1e6/clockTicks/float64(n), 1)
 	return out
+}
+
+// implausibleCPU names the components (and "total") that spent more CPU
+// between a and b than cores can give in elapsed. Such a figure is a
+// /proc sum gone wrong, not load (one fresh-stack run reported Postgres at
+// 2.4 cores' worth on 2, docs/performance.md Round 11), and the run's CPU
+// line must not be compared with others.
+func implausibleCPU(a, b CPUTicks, elapsed time.Duration, cores int) []string {
+	limit := elapsed.Seconds() * float64(cores) * clockTicks
+	var bad []string
+	var total int64
+	for _, k := range slices.Sorted(maps.Keys(b)) {
+		d := max(b[k]-a[k], 0)
+		total += d
+		if float64(d) > limit {
+			bad = append(bad, k)
+		}
+	}
+	if float64(total) > limit {
+		bad = append(bad, "total")
+	}
+	return bad
 }
 
 // cpuLine formats microsPerJob's result: every component of cpuComponents

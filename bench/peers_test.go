@@ -1,11 +1,13 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ferryhq/ferry/platform/devstack"
 )
@@ -84,6 +86,21 @@ func TestCPULineNamesEveryProcess(t *testing.T) {
 	want := "cpu µs per job: ferry 300, broker 40, postgres 150, redis 100, total 590 (the load generator not counted)"
 	if got != want {
 		t.Fatalf("cpuLine = %q, want %q", got, want)
+	}
+}
+
+// TestImplausibleCPU: a component (or the sum) that spent more CPU than the
+// machine's cores give in the run is named; figures within it are not.
+func TestImplausibleCPU(t *testing.T) {
+	a := CPUTicks{"ferry": 1000, "postgres": 500, "redis": 100}
+	// 10 s on 2 cores: at most 2,000 ticks per component and in all.
+	b := CPUTicks{"ferry": 2500, "postgres": 2900, "redis": 300}
+	if got := fmt.Sprint(implausibleCPU(a, b, 10*time.Second, 2)); got != "[postgres total]" {
+		t.Fatalf("implausibleCPU = %s, want [postgres total]", got)
+	}
+	b["postgres"] = 800 // 1,500 + 300 + 200: all the 2 cores give, no more
+	if got := implausibleCPU(a, b, 10*time.Second, 2); len(got) != 0 {
+		t.Fatalf("implausibleCPU = %v for 2,000 ticks in 10 s on 2 cores, want none", got)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -487,13 +488,18 @@ func (p *Probe) perJob(a, b Counters, n int) (string, map[string]any) {
 	if len(cpu) > 1 {
 		s += "; " + cpuLine(cpu)
 	}
+	bad := implausibleCPU(a.CPU, b.CPU, b.At.Sub(a.At), runtime.NumCPU())
+	if len(bad) > 0 {
+		s += fmt.Sprintf(" (IMPLAUSIBLE: %s above what %d cores give in the run, a /proc accounting artifact: rerun before comparing)",
+			strings.Join(bad, ", "), runtime.NumCPU())
+	}
 	if r := redisLine(a.RedisS, b.RedisS, n); r != "" {
 		s += "; " + r
 	}
 	detail := map[string]any{"redis_used_memory": b.RedisS.UsedMemory, "redis_memory_per_job": float64(b.RedisS.UsedMemory-a.RedisS.UsedMemory) / f,
 		"redis_aof_rewrites": b.RedisS.AOFRewrites - a.RedisS.AOFRewrites, "kafka_records": recs, "table_row_writes": tables, "table_rows_fetched": fetched,
 		"jobs_updates": jobs.Updates, "jobs_hot_updates": jobs.HOTUpdates, "redis_calls": redisDelta, "postgres": pg, "jobs": n,
-		"seconds": b.At.Sub(a.At).Seconds(), "cpu_us_per_job": cpu}
+		"seconds": b.At.Sub(a.At).Seconds(), "cpu_us_per_job": cpu, "cpu_implausible": bad}
 	return s, detail
 }
 
