@@ -201,7 +201,8 @@ func TestDoctor(t *testing.T) {
 	if code != 0 || strings.Contains(out, "FAIL") {
 		t.Fatalf("healthy deployment: exit %d\n%s", code, out)
 	}
-	for _, want := range []string{"OK   kafka connection", "OK   kafka topics", "OK   postgres connection", "OK   postgres migrations", "OK   clock skew", "OK   redis connection"} {
+	for _, want := range []string{"OK   kafka connection", "OK   kafka topics", "OK   postgres connection", "OK   postgres migrations", "OK   clock skew", "OK   redis connection",
+		"OK   redis settings: maxmemory-policy noeviction"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("healthy deployment: no %q in\n%s", want, out)
 		}
@@ -220,7 +221,7 @@ func TestDoctor(t *testing.T) {
 	for _, want := range []string{
 		"OK   kafka connection", "FAIL kafka topics", "replication factor 1",
 		"FAIL postgres migrations", "ferry migrate up", "OK   clock skew",
-		"FAIL redis connection", "FERRY_REDIS_PASSWORD", "3 check(s) failed",
+		"FAIL redis connection", "FERRY_REDIS_PASSWORD", "FAIL redis settings", "4 check(s) failed",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("broken deployment: no %q in\n%s", want, out)

@@ -30,7 +30,8 @@ const doctorUsage = `Usage: ferry doctor
 Checks, with the same environment a Ferry service gets, that this machine
 reaches and authenticates to Kafka, Postgres and Redis, that Ferry's topics
 keep acknowledged records through one broker failure, that every schema
-migration is applied, and that its clock agrees with Postgres's. Prints
+migration is applied, that its clock agrees with Postgres's, and that Redis
+never evicts (with the settings docs/operations.md recommends listed). Prints
 OK or FAIL per check with what to do; exits 1 if any check failed.
 `
 
@@ -92,6 +93,7 @@ func doctorChecks(c config.Common) []check {
 		{"postgres migrations", func(ctx context.Context) (string, error) { return withPostgres(ctx, c, checkMigrations) }},
 		{"clock skew", func(ctx context.Context) (string, error) { return withPostgres(ctx, c, checkClock) }},
 		{"redis connection", func(ctx context.Context) (string, error) { return checkRedis(ctx, c) }},
+		{"redis settings", func(ctx context.Context) (string, error) { return checkRedisSettings(ctx, c) }},
 	}
 }
 
