@@ -124,7 +124,7 @@ func TestDashboardMetricsExist(t *testing.T) {
 		}
 	}
 	for _, n := range []string{"ferry_queue_ready", "ferry_queue_oldest_ready_age_seconds", "ferry_worker_start_latency_seconds_bucket",
-		"ferry_scheduler_dead_letters_total", "ferry_kafka_consumer_lag"} {
+		"ferry_scheduler_dead_letters_total", "ferry_kafka_consumer_lag", "ferry_worker_running", "ferry_worker_held"} {
 		if !used[n] {
 			t.Errorf("the dashboard has no panel on %s", n)
 		}
