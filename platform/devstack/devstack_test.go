@@ -18,6 +18,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ferryhq/ferry/platform/redisx"
 )
 
 // helperEnv makes the test binary act as a parent that starts a server and
@@ -216,8 +218,8 @@ func TestRedisPersistsAcrossRestart(t *testing.T) {
 		t.Fatalf("appendonly = %v, %v", cfg, err)
 	}
 	for name, want := range map[string]int{
-		"hash-max-listpack-value":     RedisHashMaxListpackValue,
-		"auto-aof-rewrite-percentage": RedisAOFRewritePercentage,
+		"hash-max-listpack-value":     redisx.HashMaxListpackValue,
+		"auto-aof-rewrite-percentage": redisx.AOFRewritePercentage,
 	} {
 		cfg, err = c.ConfigGet(ctx, name).Result()
 		if err != nil || cfg[name] != strconv.Itoa(want) {

@@ -14,6 +14,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
+
+	"github.com/ferryhq/ferry/platform/redisx"
 )
 
 // RedisConfig configures [StartRedis].
@@ -115,25 +117,6 @@ func StartRedis(ctx context.Context, cfg RedisConfig) (*Process, string, error) 
 	}
 }
 
-// RedisHashMaxListpackValue is the hash-max-listpack-value the dev Redis
-// runs with (and compose's; docs/operations.md recommends it): a job's
-// hash holds its spec, which is over Redis's default of 64 bytes for
-// nearly every job, and one value over the limit turns the whole hash into
-// a hash table (an allocation per field, a dict lookup per read). Kept as
-// one listpack up to 4 KiB values, a job costs Redis ~15 % less CPU at full
-// load (docs/performance.md, Round 11). The flag is given by its Redis 6.2
-// name, hash-max-ziplist-value, which Redis 7 and 8 keep as an alias.
-const RedisHashMaxListpackValue = 4096
-
-// RedisAOFRewritePercentage is the auto-aof-rewrite-percentage the dev
-// Redis runs with (and compose's; docs/operations.md recommends it): a
-// rewrite costs about one serialization of the whole dataset and runs each
-// time the append-only file grew by this percentage of its size after the
-// last one, so at Redis's default of 100 it cost ~10 % of Redis's CPU per
-// job (a 100k throughput run: 2 rewrites and 165 µs per job, 1 and 149 at
-// 400), for an append-only file of up to five times the dataset.
-const RedisAOFRewritePercentage = 400
-
 // runRedis starts the server on port and waits until it answers PING.
 func runRedis(ctx context.Context, cfg RedisConfig, bin, dataDir string, port int) (*Process, string, error) {
 	args := []string{
@@ -147,8 +130,10 @@ func runRedis(ctx context.Context, cfg RedisConfig, bin, dataDir string, port in
 		"--daemonize", "no",
 		"--logfile", "", // stdout, which goes to LogFile
 		"--protected-mode", "yes",
-		"--hash-max-ziplist-value", strconv.Itoa(RedisHashMaxListpackValue),
-		"--auto-aof-rewrite-percentage", strconv.Itoa(RedisAOFRewritePercentage),
+		// Ferry's recommended settings (redisx); the listpack limit by its
+		// Redis 6.2 name, which Redis 7 and 8 keep as an alias.
+		"--hash-max-ziplist-value", strconv.Itoa(redisx.HashMaxListpackValue),
+		"--auto-aof-rewrite-percentage", strconv.Itoa(redisx.AOFRewritePercentage),
 	}
 	args = append(args, cfg.Args...)
 	logOffset := fileSize(cfg.LogFile)
