@@ -256,6 +256,7 @@ func TestErrorSentinels(t *testing.T) {
 		{429, CodeTooManyStreams, ErrRateLimited},
 		{413, CodePayloadTooLarge, ErrTooLarge},
 		{503, CodeUnavailable, ErrUnavailable},
+		{503, CodeNotVisibleYet, ErrUnavailable},
 	}
 	all := []error{ErrNotFound, ErrUnauthorized, ErrForbidden, ErrValidation, ErrIdempotencyConflict, ErrInFlight,
 		ErrJobFinished, ErrRateLimited, ErrTooLarge, ErrUnavailable}

@@ -46,6 +46,7 @@ const (
 	CodeTooManyStreams        = "too_many_streams"
 	CodeTooManyEndpoints      = "too_many_endpoints"
 	CodeUnavailable           = "unavailable"
+	CodeNotVisibleYet         = "not_visible_yet"
 	CodeDNSUnavailable        = "dns_unavailable"
 	CodeInternal              = "internal"
 )
@@ -74,7 +75,8 @@ var (
 	ErrTooLarge = errors.New("ferry: too large")
 	// ErrJobFinished: the job already finished (cancel answers 409).
 	ErrJobFinished = errors.New("ferry: job already finished")
-	// ErrUnavailable: Ferry could not reach Kafka, Redis or DNS (503).
+	// ErrUnavailable: Ferry could not reach Kafka, Redis or DNS, or a job
+	// submitted moments ago is not readable yet (503); retry.
 	ErrUnavailable = errors.New("ferry: unavailable")
 )
 

@@ -82,7 +82,7 @@ var Vars = []Var{
 	{"FERRY_API_DEFAULT_MAX_QUEUES", "100", "max_queues of tenants without their own: distinct queues with unfinished jobs; a job in a new queue past it gets 429 too_many_queues."},
 	{"FERRY_JOB_RETENTION", "720h", "How long a finished job (succeeded, dead, cancelled) stays in the status projection (GET /v1/jobs/{id}, the durable idempotency backstop); older ones are deleted in batches. At least 1h."},
 	// api: the group commit of submissions (docs/performance.md).
-	{"FERRY_API_PRODUCE_INFLIGHT", "4", "Most produce calls of submissions the api has in flight at once (and four times as many Redis writes of the just-submitted cache); submissions arriving while all are busy go out together in the next (a group commit). Higher: a submission waits less under load, in more, smaller produce requests. At least 1."},
+	{"FERRY_API_PRODUCE_INFLIGHT", "4", "Most produce calls of submissions the api has in flight at once; submissions arriving while all are busy go out together in the next (a group commit). Higher: a submission waits less under load, in more, smaller produce requests. At least 1."},
 	// api: type-aware routing (docs/workers.md).
 	{"FERRY_API_UNKNOWN_TYPES", "accept", "accept or reject: with reject, a job whose type no worker of its pool announced within FERRY_API_KNOWN_TYPES_WINDOW gets 422 unknown_job_type. accept queues it; it waits (its resource says why) until a worker for its type starts."},
 	{"FERRY_API_KNOWN_TYPES_WINDOW", "10m", "How long a job type counts as known after a worker last announced it (FERRY_API_UNKNOWN_TYPES=reject), so a restarting worker does not make its types unknown."},

@@ -82,16 +82,6 @@ func (j Job) Deduplicate(earlier bool) Job {
 	return j
 }
 
-// WithStatusNow turns a scheduled job whose time has come into queued: a
-// resource built before the projection saw the job (a just-submitted one)
-// ages as the projection's would.
-func (j Job) WithStatusNow(now time.Time) Job {
-	if j.Status == schema.StatusScheduled && j.StartedAt == nil && j.ScheduledFor != nil && !j.ScheduledFor.After(now) && j.Attempt <= 1 {
-		j.Status = schema.StatusQueued
-	}
-	return j
-}
-
 // nonNil returns tags, or an empty list for none: the resource always
 // carries a list.
 func nonNil(tags []string) []string {

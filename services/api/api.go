@@ -8,8 +8,11 @@
 // enqueued event (attempt 1) to ferry.jobs.enqueued with acks=all before the
 // 202 answer. Submissions arriving while every produce slot is busy
 // (Config.ProduceInflight) share the next produce call (internal/groupcommit),
-// and their just-submitted cache writes share Redis pipelines, each request
-// answered once its own records are acknowledged and its cache write done.
+// each request answered once its own records are acknowledged. A submission
+// without Idempotency-Key or unique key makes no Redis call: a read of a job
+// the status projection does not have yet, minted moments ago, waits for
+// the projection to pass the log's end (a projection.Barrier) instead of
+// reading a cache written beside every produce.
 // Delivery of jobs to handlers is at least once.
 //
 // # Idempotency
@@ -59,6 +62,7 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/ferryhq/ferry/events/schema"
 	"github.com/ferryhq/ferry/platform/auth"
 	"github.com/ferryhq/ferry/platform/callback"
 	"github.com/ferryhq/ferry/platform/config"
@@ -106,12 +110,17 @@ type Config struct {
 	// empty (never pause) in production.
 	TestPauseAt string
 	// ProduceInflight bounds the group commit's produce calls in flight at
-	// once, and its side writes at four times that
-	// (FERRY_API_PRODUCE_INFLIGHT).
+	// once (FERRY_API_PRODUCE_INFLIGHT).
 	ProduceInflight int
-	// SubmittedTTL is how long a just-submitted job is cached in Redis for
-	// reads that beat the projection. Defaults to 2m.
-	SubmittedTTL time.Duration
+	// FreshWindow: a read of a job the status projection does not have
+	// waits for the projection (see VisibleWait) when the job id was minted
+	// this recently, since it may have been submitted moments ago; an older
+	// id it does not have is unknown at once. Defaults to 2m.
+	FreshWindow time.Duration
+	// VisibleWait bounds that wait: a just-submitted job the projection
+	// still lacks after it answers 503 not_visible_yet (the projection is
+	// far behind). Defaults to 5s.
+	VisibleWait time.Duration
 	// MaxPayloadBytes bounds a job's payload (FERRY_API_MAX_PAYLOAD_BYTES).
 	MaxPayloadBytes int
 	// MaxDelay bounds how far ahead a job's run_at, delay or retry backoff
@@ -206,7 +215,8 @@ func (c Config) WithDefaults() Config {
 	config.DefaultVar(&c.MaxSchedules, "FERRY_SCHEDULES_MAX_PER_TENANT")
 	config.DefaultVar(&c.UnknownTypes, "FERRY_API_UNKNOWN_TYPES")
 	config.DefaultVar(&c.KnownTypesWindow, "FERRY_API_KNOWN_TYPES_WINDOW")
-	config.Default(&c.SubmittedTTL, 2*time.Minute)
+	config.Default(&c.FreshWindow, 2*time.Minute)
+	config.Default(&c.VisibleWait, 5*time.Second)
 	config.Default(&c.MaxBatchBytes, 32<<20)
 	config.Default(&c.MaxBatchJobs, 1000)
 	config.Default(&c.ProjectionBatch, 2000)
@@ -242,8 +252,8 @@ func (c Config) Validate() error {
 	if c.TestPauseAt != "" && c.TestPauseAt != pauseClaimed && c.TestPauseAt != pauseProduced {
 		errs = append(errs, fmt.Errorf("FERRY_API_TEST_PAUSE_AT must be empty, %q or %q", pauseClaimed, pauseProduced))
 	}
-	if c.SubmittedTTL <= 0 {
-		errs = append(errs, errors.New("api: SubmittedTTL must be > 0"))
+	if c.FreshWindow <= 0 || c.VisibleWait <= 0 {
+		errs = append(errs, errors.New("api: FreshWindow and VisibleWait must be > 0"))
 	}
 	if c.MaxPayloadBytes < 1 {
 		errs = append(errs, errors.New("FERRY_API_MAX_PAYLOAD_BYTES must be positive"))
@@ -356,9 +366,11 @@ type Service struct {
 	// their reports (callbacks.go). Unset with signing.
 	callbackBox *secretbox.Box
 	callbacks   *callback.Attempts
-	// commit produces concurrent submissions together (a group commit),
-	// caching their just-submitted jobs beside the produce.
-	commit *groupcommit.Committer[map[string][]byte]
+	// commit produces concurrent submissions together (a group commit).
+	commit *groupcommit.Committer
+	// visible waits for the status projection to show what was submitted
+	// before a read (findJobs).
+	visible *projection.Barrier
 	// schedules is the schedules table (schedules.go, schedule_fire.go).
 	schedules *schedules.Store
 	workers   *workers.Table // workers.go
@@ -367,6 +379,10 @@ type Service struct {
 }
 
 var _ service.Component = (*Service)(nil)
+
+// statusGroup is the status projection's group: where its offsets are
+// stored, which the read barrier (Service.visible) watches.
+const statusGroup = "ferry-api-status"
 
 // New returns the api over deps (which must hold Postgres, Redis and
 // Kafka), applying its migrations with ctx.
@@ -392,14 +408,16 @@ func New(ctx context.Context, deps *service.Deps, cfg Config) (*Service, error) 
 		cfg:     cfg,
 		log:     log,
 		store:   st,
-		idem:    idem.New(deps.Redis, cfg.IdempotencyTTL, cfg.IdempotencyClaimTTL, cfg.SubmittedTTL),
+		idem:    idem.New(deps.Redis, cfg.IdempotencyTTL, cfg.IdempotencyClaimTTL),
 		unique:  unique.New(deps.Redis, cfg.IdempotencyClaimTTL),
 		tenants: auth.NewTenantCache(deps.Postgres, cfg.TenantCacheTTL),
 		counts:  ttlcache.New(cfg.CountsCacheTTL, st.TenantCounts),
 		queues:  limits.NewQueues(cfg.CountsCacheTTL, time.Minute, st.TenantQueues),
 		workers: newWorkersTable(cfg),
 	}
-	s.commit = groupcommit.New(deps.Kafka.ProduceSync, s.cacheSubmitted, produceGroupTimeout, cfg.ProduceInflight)
+	s.commit = groupcommit.New(deps.Kafka.ProduceSync, produceGroupTimeout, cfg.ProduceInflight)
+	s.visible = projection.NewBarrier(deps.Postgres, deps.Kafka, projection.BarrierConfig{
+		Group: statusGroup, Topic: deps.Topics.Lifecycle(schema.EventEnqueued), Timeout: cfg.VisibleWait})
 	if err := s.openSigning(ctx); err != nil {
 		return nil, err
 	}
@@ -407,7 +425,7 @@ func New(ctx context.Context, deps *service.Deps, cfg Config) (*Service, error) 
 		return nil, fmt.Errorf("api: %w", err)
 	}
 	if s.project, err = deps.Projection(projection.Config{
-		Group:    "ferry-api-status",
+		Group:    statusGroup,
 		Topics:   deps.Topics.LifecycleTopics(),
 		Kafka:    deps.KafkaConfig("api-status"),
 		MaxBatch: cfg.ProjectionBatch,

@@ -155,7 +155,7 @@ func TestSubmitProducesEnqueued(t *testing.T) {
 		enq.Job.Backoff.Max.D() != time.Minute || enq.RunAt.Sub(enq.CreatedAt) != time.Hour || string(enq.Job.Payload) != `{"to":"a@example.com"}` {
 		t.Fatalf("enqueued: %+v", enq)
 	}
-	// Readable at once (submitted cache), then from the projection.
+	// Readable at once (the GET waits for the projection), and so after it.
 	if g := b.do(t, b.keyA, "GET", "/v1/jobs/"+id, nil); g.Status != 200 || g.Body["type"] != "email.send" {
 		t.Fatalf("get: %d %s", g.Status, g.Raw)
 	}

@@ -39,6 +39,10 @@ var (
 		Message: "a request with this Idempotency-Key is still being processed; retry later", RetryAfter: time.Second}
 	errUnavailable = &httpx.Error{Status: http.StatusServiceUnavailable, Code: "unavailable",
 		Message: "the job could not be stored; retry", RetryAfter: time.Second}
+	// errNotVisibleYet answers a read of a job submitted moments ago that
+	// the status projection, far behind, does not show yet (findJobs).
+	errNotVisibleYet = &httpx.Error{Status: http.StatusServiceUnavailable, Code: "not_visible_yet",
+		Message: "this job may have been submitted moments ago and is not readable yet; retry", RetryAfter: time.Second}
 )
 
 // item is one submission of a request.
@@ -240,28 +244,18 @@ func itemDecodeError(err error) *httpx.Error {
 	return httpx.Errorf(http.StatusBadRequest, "invalid_json", "each job must be a JSON object")
 }
 
-// cachedJob decodes a just-submitted job's cached resource, if it is
-// tenant's, with its status as of now.
-func cachedJob(b []byte, tenant string, now time.Time) (Job, bool) {
-	var j Job
-	if json.Unmarshal(b, &j) != nil || j.TenantID != tenant {
-		return Job{}, false
-	}
-	return j.WithStatusNow(now), true
-}
-
-// lookup finds a job of tenant: the projection's row wins, else the
-// submitted cache.
+// lookup finds a job of tenant in the status projection, waiting for it
+// when the job may have been submitted moments ago (findJobs).
 func (s *Service) lookup(ctx context.Context, tenant, id string) (Job, bool, error) {
-	rows, cached, err := s.findJobs(ctx, tenant, []string{id}, s.cfg.Now())
+	rows, err := s.findJobs(ctx, tenant, []string{id}, s.cfg.Now())
 	if err != nil {
 		return Job{}, false, err
 	}
-	if row, ok := rows[id]; ok {
-		return jobFromRow(row.Row, s.cfg.Now()), true, nil
+	row, ok := rows[id]
+	if !ok {
+		return Job{}, false, nil
 	}
-	j, ok := cached[id]
-	return j, ok, nil
+	return jobFromRow(row.Row, s.cfg.Now()), true, nil
 }
 
 func (s *Service) handleGet(w http.ResponseWriter, r *http.Request) {

@@ -2,7 +2,6 @@ package api
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"time"
 
@@ -175,8 +174,8 @@ func (b *submission) claimKeys(ctx context.Context) error {
 }
 
 // resolveDuplicates answers items whose key names a finished job with that
-// job: from the projection, else from the submitted cache, else rebuilt from
-// the (identical) request.
+// job: from the projection, else rebuilt from the (identical) request, as
+// it was submitted; a replay does not wait for the projection.
 func (b *submission) resolveDuplicates(ctx context.Context, dups []*entry) error {
 	if len(dups) == 0 {
 		return nil
@@ -185,15 +184,13 @@ func (b *submission) resolveDuplicates(ctx context.Context, dups []*entry) error
 	for _, e := range dups {
 		ids = append(ids, e.jobID)
 	}
-	rows, cached, err := b.s.findJobs(ctx, b.tenant, ids, b.now)
+	rows, err := b.s.store.GetMany(ctx, b.tenant, ids)
 	if err != nil {
 		return err
 	}
 	for _, e := range dups {
 		if row, ok := rows[e.jobID]; ok {
 			e.out = outcome{job: jobFromRow(row.Row, b.now).Deduplicate(true)}
-		} else if j, ok := cached[e.jobID]; ok {
-			e.out = outcome{job: j.Deduplicate(true)}
 		} else {
 			e.out = outcome{job: jobs.Submitted(e.jobID, b.tenant, e.accepted.Spec, b.now, e.accepted.RunAt).Deduplicate(true)}
 		}
@@ -295,18 +292,6 @@ func (b *submission) buildRecords(ctx context.Context) error {
 // records), so it needs a bound of its own for a broker that never answers.
 const produceGroupTimeout = 30 * time.Second
 
-// cacheSubmitted is the group commit's side write: the resources of the
-// new jobs of a group of requests, for reads that beat the projection. It
-// starts when the requests arrive, beside (often before) their produce, so a
-// job whose produce fails is cached too; harmless, since only
-// the request that failed knew its id (an Idempotency-Key retry reuses the
-// id and produces the same job).
-func (s *Service) cacheSubmitted(ctx context.Context, groups []map[string][]byte) {
-	if err := s.idem.CacheSubmitted(ctx, groups); err != nil {
-		s.log.WarnContext(ctx, "submitted cache write failed", "err", err)
-	}
-}
-
 // produce sends every new job in the next group commit and notes what each
 // outcome means for its key.
 func (b *submission) produce(ctx context.Context) {
@@ -314,16 +299,12 @@ func (b *submission) produce(ctx context.Context) {
 		return
 	}
 	recs := make([]*kgo.Record, len(b.produced))
-	cache := make(map[string][]byte, len(b.produced))
 	for k, e := range b.produced {
 		recs[k] = e.rec
-		cached := e.out.job
-		cached.Deduplicated = nil
-		cache[cached.ID], _ = json.Marshal(cached)
 	}
 	keyed := len(b.claimsHeld()) > 0
 	b.s.testPause(ctx, pauseClaimed, keyed)
-	errs := b.s.commit.Produce(ctx, cache, recs...) // one error per record, in order
+	errs := b.s.commit.Produce(ctx, recs...) // one error per record, in order
 	b.s.testPause(ctx, pauseProduced, keyed)
 	for k, err := range errs {
 		b.settleProduced(ctx, b.produced[k], err)

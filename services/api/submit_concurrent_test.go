@@ -5,9 +5,11 @@ import (
 	"net/http"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/ferryhq/ferry/platform/jobs"
 	"github.com/ferryhq/ferry/platform/testenv"
 	"github.com/ferryhq/ferry/services/api"
 )
@@ -15,10 +17,9 @@ import (
 // TestConcurrentSubmissionsReadableAtOnce: many concurrent submissions
 // through a group commit with more than one produce in flight are each
 // answered 202 with their own job, every one is on the enqueued topic
-// exactly once, and each is readable right after its 202 from the
-// just-submitted cache alone (the status projection does not run here).
-// That the answer waits for the cache write is held deterministically by
-// groupcommit's TestSlowSideWriteHoldsOnlyItsGroup.
+// exactly once, and each is readable by a GET right after its 202: the GET
+// waits for the status projection (the read barrier), with no cache
+// written beside the produce.
 func TestConcurrentSubmissionsReadableAtOnce(t *testing.T) {
 	c := testenv.Common(t, api.Needs)
 	deps := testenv.Open(t, c, api.Needs)
@@ -27,7 +28,8 @@ func TestConcurrentSubmissionsReadableAtOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := testenv.Serve(t, deps, "api", svc) // svc.Run (the projection) is not started
+	srv := testenv.Serve(t, deps, "api", svc)
+	testenv.Run(t, svc)
 	b := &bundle{srv: srv, deps: deps, brokers: c.KafkaBrokers[0]}
 
 	const n = 64
@@ -73,5 +75,52 @@ func TestConcurrentSubmissionsReadableAtOnce(t *testing.T) {
 	}
 	if got := fmt.Sprint(len(seen)); got != fmt.Sprint(n) {
 		t.Errorf("%s of %d jobs on the enqueued topic", got, n)
+	}
+}
+
+// TestReadWhileTheProjectionIsBehind: with the status projection stopped,
+// a GET of a job submitted moments ago waits VisibleWait and answers 503
+// not_visible_yet with Retry-After (never 404: the job exists), and so does
+// its cancel; a GET of an id minted long ago, or of a well-formed recent id
+// nobody submitted once the projection runs, answers 404 not_found. Once
+// the projection runs again, the job is readable.
+func TestReadWhileTheProjectionIsBehind(t *testing.T) {
+	c := testenv.Common(t, api.Needs)
+	deps := testenv.Open(t, c, api.Needs)
+	key := testenv.Tenant(t, deps.Postgres, "acme")
+	svc, err := api.New(t.Context(), deps, api.Config{VisibleWait: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := testenv.Serve(t, deps, "api", svc) // svc.Run (the projection) is not started yet
+	b := &bundle{srv: srv, deps: deps, brokers: c.KafkaBrokers[0]}
+
+	r := b.do(t, key, "POST", "/v1/jobs", map[string]any{"type": "noop"})
+	if r.Status != http.StatusAccepted {
+		t.Fatalf("submit: %d %s", r.Status, r.Raw)
+	}
+	id := r.Body["id"].(string)
+	start := time.Now()
+	g := b.do(t, key, "GET", "/v1/jobs/"+id, nil)
+	if g.Status != http.StatusServiceUnavailable || g.ErrorCode() != "not_visible_yet" || g.Header.Get("Retry-After") != "1" {
+		t.Fatalf("GET while the projection is stopped: %d %v %s", g.Status, g.Header, g.Raw)
+	}
+	if waited := time.Since(start); waited < 300*time.Millisecond {
+		t.Fatalf("answered after %v, before VisibleWait", waited)
+	}
+	if x := b.do(t, key, "POST", "/v1/jobs/"+id+"/cancel", nil); x.Status != http.StatusServiceUnavailable || x.ErrorCode() != "not_visible_yet" {
+		t.Fatalf("cancel while the projection is stopped: %d %s", x.Status, x.Raw)
+	}
+	old := jobs.DerivedID("nobody", time.Now().Add(-time.Hour))
+	if g := b.do(t, key, "GET", "/v1/jobs/"+old, nil); g.Status != http.StatusNotFound || g.ErrorCode() != "not_found" {
+		t.Fatalf("GET of an id minted an hour ago: %d %s", g.Status, g.Raw)
+	}
+
+	testenv.Run(t, svc)
+	if g := b.do(t, key, "GET", "/v1/jobs/"+id, nil); g.Status != http.StatusOK || g.Body["id"] != id {
+		t.Fatalf("GET once the projection runs: %d %s", g.Status, g.Raw)
+	}
+	if g := b.do(t, key, "GET", "/v1/jobs/"+jobs.NewID(), nil); g.Status != http.StatusNotFound || g.ErrorCode() != "not_found" {
+		t.Fatalf("GET of a recent id nobody submitted: %d %s", g.Status, g.Raw)
 	}
 }

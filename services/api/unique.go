@@ -2,11 +2,14 @@ package api
 
 import (
 	"context"
+	"errors"
+	"maps"
 	"net/http"
 	"time"
 
 	"github.com/ferryhq/ferry/platform/httpx"
 	"github.com/ferryhq/ferry/platform/jobs"
+	"github.com/ferryhq/ferry/platform/projection"
 	"github.com/ferryhq/ferry/services/api/internal/idem"
 	"github.com/ferryhq/ferry/services/api/internal/store"
 	"github.com/ferryhq/ferry/services/api/internal/unique"
@@ -136,8 +139,8 @@ func (b *submission) heldUnique(ctx context.Context, want map[string]*entry, fre
 }
 
 // checkHolders answers items whose key is claimed by a produced job that
-// still holds it (per the projection, or just submitted and not projected
-// yet) with that job; a claim whose job no longer holds the key is stale
+// still holds it (per the projection, which findJobs waits for when the job
+// is new) with that job; a claim whose job no longer holds the key is stale
 // and claimed again in the next round.
 func (b *submission) checkHolders(ctx context.Context, want map[string]*entry, held map[string]unique.Result, stale map[string]string) (retryNow bool, err error) {
 	if len(held) == 0 {
@@ -147,21 +150,18 @@ func (b *submission) checkHolders(ctx context.Context, want map[string]*entry, h
 	for _, r := range held {
 		ids = append(ids, r.JobID)
 	}
-	rows, cached, err := b.s.findJobs(ctx, b.tenant, ids, b.now)
-	if err != nil {
+	rows, err := b.s.findJobs(ctx, b.tenant, ids, b.now)
+	if err != nil && !errors.Is(err, errNotVisibleYet) {
 		return false, err
 	}
 	for key, r := range held {
 		e := want[key]
 		row, projected := rows[r.JobID]
-		job, recent := cached[r.JobID]
 		switch {
 		case projected && row.HoldsUnique(b.now):
 			e.answerWith(jobFromRow(row.Row, b.now))
-		case !projected && recent:
-			e.answerWith(job) // just submitted: where every state starts
-		case !projected && !jobs.MintedBefore(r.JobID, b.now.Add(-b.s.cfg.SubmittedTTL)):
-			continue // produced, not projected, not cached: wait for the projection
+		case !projected && b.s.mintedRecently(r.JobID, b.now):
+			continue // produced, the projection far behind: wait for it
 		default:
 			stale[key], retryNow = r.Value, true
 			continue
@@ -234,29 +234,43 @@ func (e *entry) uniqueSwap(produced bool) unique.Swap {
 	return sw
 }
 
-// findJobs loads jobs of tenant by id: the projection's rows, and for ids
-// it lacks, the cached resources of just-submitted jobs.
-func (s *Service) findJobs(ctx context.Context, tenant string, ids []string, now time.Time) (map[string]store.Job, map[string]Job, error) {
+// findJobs loads jobs of tenant by id from the status projection. When it
+// lacks a job minted within Config.FreshWindow (submitted moments ago,
+// perhaps), it first waits for the projection to apply everything written
+// before the call (Service.visible), so a read after a 202 sees the job.
+// errNotVisibleYet: the projection was still behind after
+// Config.VisibleWait; the rows it has are returned with it.
+func (s *Service) findJobs(ctx context.Context, tenant string, ids []string, now time.Time) (map[string]store.Job, error) {
 	rows, err := s.store.GetMany(ctx, tenant, ids)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	var missing []string
+	var fresh []string
 	for _, id := range ids {
-		if _, ok := rows[id]; !ok {
-			missing = append(missing, id)
+		if _, ok := rows[id]; !ok && s.mintedRecently(id, now) {
+			fresh = append(fresh, id)
 		}
 	}
-	cached := map[string]Job{}
-	raw, err := s.idem.Submitted(ctx, missing...)
+	if len(fresh) == 0 {
+		return rows, nil
+	}
+	if err := s.visible.Wait(ctx); err != nil {
+		if errors.Is(err, projection.ErrBehind) {
+			return rows, errNotVisibleYet
+		}
+		return nil, err
+	}
+	more, err := s.store.GetMany(ctx, tenant, fresh)
 	if err != nil {
-		s.log.WarnContext(ctx, "submitted cache read failed", "tenant", tenant, "err", err)
-		return rows, cached, nil
+		return nil, err
 	}
-	for id, b := range raw {
-		if j, ok := cachedJob(b, tenant, now); ok {
-			cached[id] = j
-		}
-	}
-	return rows, cached, nil
+	maps.Copy(rows, more)
+	return rows, nil
+}
+
+// mintedRecently reports whether the job id was minted within
+// Config.FreshWindow of now (either side: clocks differ between replicas).
+func (s *Service) mintedRecently(id string, now time.Time) bool {
+	w := s.cfg.FreshWindow
+	return !jobs.MintedBefore(id, now.Add(-w)) && jobs.MintedBefore(id, now.Add(w))
 }

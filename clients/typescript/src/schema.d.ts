@@ -2562,6 +2562,24 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorResponse"];
                 };
             };
+            /** @description The job was submitted moments ago and the status projection, far behind, does not show it yet after waiting for it (`not_visible_yet`); retry after Retry-After */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "not_visible_yet",
+                     *         "message": "this job may have been submitted moments ago and is not readable yet; retry",
+                     *         "request_id": "host/abc-000001"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
         };
     };
     cancelJob: {
@@ -2676,6 +2694,24 @@ export interface operations {
                      *     }
                      */
                     "application/json": components["schemas"]["JobFinished"];
+                };
+            };
+            /** @description The job was submitted moments ago and the status projection, far behind, does not show it yet after waiting for it (`not_visible_yet`); retry after Retry-After */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "not_visible_yet",
+                     *         "message": "this job may have been submitted moments ago and is not readable yet; retry",
+                     *         "request_id": "host/abc-000001"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ErrorResponse"];
                 };
             };
         };

@@ -5,7 +5,7 @@
 // records (a group commit). Each request still learns the outcome of
 // exactly its own records, only once they are acknowledged (or failed), so
 // durability is the producer's (acks=all, idempotent): nothing changes but
-// the number of produce calls and of the side writes done beside them.
+// the number of produce calls.
 //
 // The bound is what trades latency against produce requests: with one call
 // in flight a request that arrives during a produce waits for it to end and
@@ -13,25 +13,12 @@
 // several, it waits only while every slot is busy. franz-go's idempotent
 // producer keeps up to five produce requests in flight per broker, in order
 // per partition, so concurrent calls keep each request's records in order.
-//
-// Each request may carry a side value; alongside (when set) runs with the
-// side values of a group of requests, in a lane of its own bounded at four
-// times the produce bound: a request's side value goes out as soon as it
-// arrives (when a side slot is free), while its records may still wait for
-// a produce slot. The api caches the just-submitted job resources in Redis
-// there. Side writes get more slots because a Redis busy with a long script
-// (the scheduler's) makes them slower than a produce: with as few slots as
-// produces they would queue behind each other and add that wait to every
-// request (BenchmarkOpenLoop). A request is answered once its records are
-// acknowledged and its side write is done; neither lane waits for the
-// other.
 package groupcommit
 
 import (
 	"context"
 	"errors"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -42,75 +29,46 @@ import (
 // (kgo.Client.ProduceSync).
 type ProduceFunc func(ctx context.Context, recs ...*kgo.Record) kgo.ProduceResults
 
-// Committer groups concurrent produces of requests carrying side values of
-// type S. The zero value is not usable; see New.
-type Committer[S any] struct {
-	produce   ProduceFunc
-	alongside func(ctx context.Context, sides []S)
-	timeout   time.Duration
-
-	records lane[*request[S]] // produce calls
-	sides   lane[*request[S]] // alongside calls
+// Committer groups the produces of concurrent requests. The zero value is
+// not usable; see New.
+type Committer struct {
+	produce ProduceFunc
+	timeout time.Duration
+	records lane[*request] // produce calls
 }
 
 // request is one caller's records and, once flushed, their results.
-type request[S any] struct {
+type request struct {
 	// span is the caller's trace span: its records carry its traceparent.
 	span trace.Span
 	recs []*kgo.Record
-	side S
 	errs []error
-	// left counts the lanes still to finish with the request (its produce,
-	// its side write); the last one closes done.
-	left atomic.Int32
-	done chan struct{}
+	done chan struct{} // closed once errs is set
 }
-
-// finish notes that one lane is done with r.
-func (r *request[S]) finish() {
-	if r.left.Add(-1) == 0 {
-		close(r.done)
-	}
-}
-
-// sideSlotsPerProduce is how many side writes may be in flight per produce
-// slot (see the package doc).
-const sideSlotsPerProduce = 4
 
 // ErrGroupTimeout fails the records of a group whose produce outlived the
 // committer's timeout.
 var ErrGroupTimeout = errors.New("groupcommit: produce timed out")
 
 // New returns a committer over produce with at most inflight produce calls
-// (and four times as many alongside calls) at once; inflight below 1 counts
-// as 1.
-// alongside, if not nil, runs with the side values of a group of requests,
-// concurrently with their produce (so whether or not the records get
-// acknowledged); it must not keep the slice. timeout bounds one group's
-// produce and one side write (they run on no request's context, so that one
-// caller going away cannot fail the records of the others).
-func New[S any](produce ProduceFunc, alongside func(ctx context.Context, sides []S), timeout time.Duration, inflight int) *Committer[S] {
-	inflight = max(inflight, 1)
-	c := &Committer[S]{produce: produce, alongside: alongside, timeout: timeout}
-	c.records = lane[*request[S]]{max: inflight, run: c.flushRecords}
-	c.sides = lane[*request[S]]{max: sideSlotsPerProduce * inflight, run: c.flushSides}
+// at once; inflight below 1 counts as 1. timeout bounds one group's produce
+// (it runs on no request's context, so that one caller going away cannot
+// fail the records of the others).
+func New(produce ProduceFunc, timeout time.Duration, inflight int) *Committer {
+	c := &Committer{produce: produce, timeout: timeout}
+	c.records = lane[*request]{max: max(inflight, 1), run: c.flushRecords}
 	return c
 }
 
-// Produce sends recs, with side, in the next group and returns one error per record
+// Produce sends recs in the next group and returns one error per record
 // (nil: acknowledged). When ctx ends first it returns ctx's error for every
 // record: they may still be produced, exactly as when a produce call is
 // cancelled mid-flight.
-func (c *Committer[S]) Produce(ctx context.Context, side S, recs ...*kgo.Record) []error {
+func (c *Committer) Produce(ctx context.Context, recs ...*kgo.Record) []error {
 	if len(recs) == 0 {
 		return nil
 	}
-	r := &request[S]{span: trace.SpanFromContext(ctx), recs: recs, side: side, done: make(chan struct{})}
-	r.left.Store(1)
-	if c.alongside != nil {
-		r.left.Store(2)
-		c.sides.add(r)
-	}
+	r := &request{span: trace.SpanFromContext(ctx), recs: recs, done: make(chan struct{})}
 	c.records.add(r)
 	select {
 	case <-r.done:
@@ -170,31 +128,17 @@ func (l *lane[T]) drain() {
 
 // flushRecords produces one group's records and hands every request its own
 // results.
-func (c *Committer[S]) flushRecords(group []*request[S]) {
+func (c *Committer) flushRecords(group []*request) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 	defer cancel()
 	answerGroup(group, c.produce(ctx, c.collect(ctx, group)...))
-}
-
-// flushSides runs alongside once with the side values of a group.
-func (c *Committer[S]) flushSides(group []*request[S]) {
-	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
-	defer cancel()
-	sides := make([]S, len(group))
-	for i, r := range group {
-		sides[i] = r.side
-	}
-	c.alongside(ctx, sides)
-	for _, r := range group {
-		r.finish()
-	}
 }
 
 // collect gathers the group's records. Each record is produced under the
 // group's deadline but in its own request's trace, so the job keeps the
 // trace of the request that submitted it (the producer's hooks inject the
 // traceparent from the record's context).
-func (c *Committer[S]) collect(ctx context.Context, group []*request[S]) []*kgo.Record {
+func (c *Committer) collect(ctx context.Context, group []*request) []*kgo.Record {
 	var recs []*kgo.Record
 	for _, r := range group {
 		rctx := trace.ContextWithSpan(ctx, r.span)
@@ -211,7 +155,7 @@ func (c *Committer[S]) collect(ctx context.Context, group []*request[S]) []*kgo.
 // answerGroup hands every request of a produced group its own records'
 // results. ProduceSync lists results in the order the records completed,
 // not the order they were given: they are matched by record.
-func answerGroup[S any](group []*request[S], results kgo.ProduceResults) {
+func answerGroup(group []*request, results kgo.ProduceResults) {
 	errs := make(map[*kgo.Record]error, len(results))
 	for _, res := range results {
 		errs[res.Record] = res.Err
@@ -221,7 +165,7 @@ func answerGroup[S any](group []*request[S], results kgo.ProduceResults) {
 		for i, rec := range r.recs {
 			r.errs[i] = resultErr(errs, rec)
 		}
-		r.finish()
+		close(r.done)
 	}
 }
 

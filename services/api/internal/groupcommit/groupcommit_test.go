@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -51,13 +50,13 @@ func (g *gate) produce(_ context.Context, recs ...*kgo.Record) kgo.ProduceResult
 }
 
 // queued counts the requests waiting for a produce slot.
-func (c *Committer[S]) queued() int {
+func (c *Committer) queued() int {
 	c.records.mu.Lock()
 	defer c.records.mu.Unlock()
 	return len(c.records.waiting)
 }
 
-func waitQueued(t *testing.T, c *Committer[int], n int) {
+func waitQueued(t *testing.T, c *Committer, n int) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for c.queued() < n {
@@ -75,10 +74,10 @@ func rec(key string) *kgo.Record { return &kgo.Record{Key: []byte(key), Topic: "
 // call, each answered with its own records' results.
 func TestRequestsDuringAProduceShareTheNext(t *testing.T) {
 	g := newGate()
-	c := New[int](g.produce, nil, time.Minute, 1)
+	c := New(g.produce, time.Minute, 1)
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		if errs := c.Produce(context.Background(), 0, rec("first")); errs[0] != nil {
+		if errs := c.Produce(context.Background(), rec("first")); errs[0] != nil {
 			t.Errorf("first: %v", errs)
 		}
 	})
@@ -86,7 +85,7 @@ func TestRequestsDuringAProduceShareTheNext(t *testing.T) {
 	const n = 10
 	for i := range n {
 		wg.Go(func() {
-			errs := c.Produce(context.Background(), 0, rec(fmt.Sprint("a", i)), rec(fmt.Sprint("b", i)))
+			errs := c.Produce(context.Background(), rec(fmt.Sprint("a", i)), rec(fmt.Sprint("b", i)))
 			if len(errs) != 2 || errs[0] != nil || errs[1] != nil {
 				t.Errorf("request %d: %v", i, errs)
 			}
@@ -106,11 +105,11 @@ func TestRequestsDuringAProduceShareTheNext(t *testing.T) {
 func TestUpToInflightProducesAtOnce(t *testing.T) {
 	g := newGate()
 	g.held = 2
-	c := New[int](g.produce, nil, time.Minute, 2)
+	c := New(g.produce, time.Minute, 2)
 	var wg sync.WaitGroup
 	produce := func(key string) {
 		wg.Go(func() {
-			if errs := c.Produce(context.Background(), 0, rec(key)); errs[0] != nil {
+			if errs := c.Produce(context.Background(), rec(key)); errs[0] != nil {
 				t.Errorf("%s: %v", key, errs)
 			}
 		})
@@ -136,52 +135,6 @@ func TestUpToInflightProducesAtOnce(t *testing.T) {
 	}
 }
 
-// TestSideWritesDoNotWaitForProduces: a request's side value goes out while
-// its records still wait for a produce slot; every request is answered only
-// once its side write is done.
-func TestSideWritesDoNotWaitForProduces(t *testing.T) {
-	g := newGate()
-	var sideMu sync.Mutex
-	var sides []int // the sum of each side call's values
-	written := make(chan int, 100)
-	c := New(g.produce, func(_ context.Context, group []int) {
-		sum := 0
-		for _, n := range group {
-			sum += n
-		}
-		sideMu.Lock()
-		sides = append(sides, sum)
-		sideMu.Unlock()
-		written <- len(group)
-	}, time.Minute, 1)
-	var wg sync.WaitGroup
-	wg.Go(func() { c.Produce(context.Background(), 1, rec("first")) })
-	<-g.entered
-	const n = 10
-	for i := range n {
-		wg.Go(func() { c.Produce(context.Background(), 2, rec(fmt.Sprint("r", i))) })
-	}
-	// The first produce is still held: the side values of all 1+n requests
-	// are written meanwhile.
-	for got := 0; got < 1+n; {
-		select {
-		case k := <-written:
-			got += k
-		case <-time.After(20 * time.Second):
-			t.Fatalf("%d of %d side values written while the first produce is held", got, 1+n)
-		}
-	}
-	close(g.release)
-	wg.Wait()
-	total := 0
-	for _, v := range sides {
-		total += v
-	}
-	if total != 1+2*n || len(sides) > 1+n {
-		t.Fatalf("side calls %v: want every side value once (sum %d) in at most %d calls", sides, 1+2*n, 1+n)
-	}
-}
-
 func lens(calls [][]*kgo.Record) []int {
 	var out []int
 	for _, c := range calls {
@@ -201,14 +154,14 @@ func TestFailureFailsOnlyItsRecords(t *testing.T) {
 		}
 		return nil
 	}
-	c := New[int](g.produce, nil, time.Minute, 1)
+	c := New(g.produce, time.Minute, 1)
 	var wg sync.WaitGroup
-	wg.Go(func() { c.Produce(context.Background(), 1, rec("first")) })
+	wg.Go(func() { c.Produce(context.Background(), rec("first")) })
 	<-g.entered
 	results := make([][]error, 3)
 	bodies := [][]*kgo.Record{{rec("ok1")}, {rec("ok2"), rec("bad")}, {rec("ok3")}}
 	for i, recs := range bodies {
-		wg.Go(func() { results[i] = c.Produce(context.Background(), 0, recs...) })
+		wg.Go(func() { results[i] = c.Produce(context.Background(), recs...) })
 	}
 	waitQueued(t, c, 3)
 	close(g.release)
@@ -223,72 +176,18 @@ func TestFailureFailsOnlyItsRecords(t *testing.T) {
 	}
 }
 
-// TestSlowSideWriteHoldsOnlyItsGroup: a request is not answered before its
-// side write is done (the api's GET after a 202 reads it), but a side write
-// still running holds neither the next request's produce nor, while a side
-// slot is free, its side write.
-func TestSlowSideWriteHoldsOnlyItsGroup(t *testing.T) {
-	produced := make(chan string, 10)
-	produce := func(_ context.Context, recs ...*kgo.Record) kgo.ProduceResults {
-		out := make(kgo.ProduceResults, 0, len(recs))
-		for _, r := range recs {
-			produced <- string(r.Key)
-			out = append(out, kgo.ProduceResult{Record: r})
-		}
-		return out
-	}
-	sideEntered, sideRelease := make(chan struct{}), make(chan struct{})
-	c := New(produce, func(_ context.Context, sides []int) {
-		if sides[0] == 1 {
-			close(sideEntered)
-			<-sideRelease
-		}
-	}, time.Minute, 2)
-	first := make(chan []error, 1)
-	go func() { first <- c.Produce(context.Background(), 1, rec("first")) }()
-	<-sideEntered
-	if k := <-produced; k != "first" {
-		t.Fatalf("produced %q, want first", k)
-	}
-	// The first group's side write is held: a second request is produced
-	// and answered meanwhile, the first is not answered.
-	second := make(chan []error, 1)
-	go func() { second <- c.Produce(context.Background(), 2, rec("second")) }()
-	select {
-	case errs := <-second:
-		if len(errs) != 1 || errs[0] != nil {
-			t.Fatalf("second: %v", errs)
-		}
-	case <-time.After(20 * time.Second):
-		close(sideRelease)
-		t.Fatal("the second request is held behind the first group's side write")
-	}
-	if k := <-produced; k != "second" {
-		t.Fatalf("produced %q, want second", k)
-	}
-	select {
-	case errs := <-first:
-		t.Fatalf("first answered before its side write was done: %v", errs)
-	default:
-	}
-	close(sideRelease)
-	if errs := <-first; len(errs) != 1 || errs[0] != nil {
-		t.Fatalf("first: %v", errs)
-	}
-}
-
 // TestCallerGivesUp: a caller whose context ends stops waiting (with its
 // context's error) without failing the group for the others.
 func TestCallerGivesUp(t *testing.T) {
 	g := newGate()
-	c := New[int](g.produce, nil, time.Minute, 1)
+	c := New(g.produce, time.Minute, 1)
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	var mine []error
-	wg.Go(func() { mine = c.Produce(ctx, 0, rec("mine")) })
+	wg.Go(func() { mine = c.Produce(ctx, rec("mine")) })
 	<-g.entered
 	var other []error
-	wg.Go(func() { other = c.Produce(context.Background(), 0, rec("other")) })
+	wg.Go(func() { other = c.Produce(context.Background(), rec("other")) })
 	waitQueued(t, c, 1)
 	cancel()
 	close(g.release)
@@ -309,13 +208,13 @@ func TestRealBroker(t *testing.T) {
 	t.Cleanup(cl.Close)
 	var callsMu sync.Mutex
 	calls := 0
-	c := New[int](func(ctx context.Context, recs ...*kgo.Record) kgo.ProduceResults {
+	c := New(func(ctx context.Context, recs ...*kgo.Record) kgo.ProduceResults {
 		callsMu.Lock()
 		calls++
 		callsMu.Unlock()
 		return cl.ProduceSync(ctx, recs...)
-	}, nil, time.Minute, 4)
-	if errs := c.Produce(context.Background(), 0, &kgo.Record{Topic: "gc", Value: []byte("warm")}); errs[0] != nil {
+	}, time.Minute, 4)
+	if errs := c.Produce(context.Background(), &kgo.Record{Topic: "gc", Value: []byte("warm")}); errs[0] != nil {
 		t.Fatal(errs[0])
 	}
 	const n = 200
@@ -323,7 +222,7 @@ func TestRealBroker(t *testing.T) {
 	for i := range n {
 		wg.Go(func() {
 			r := &kgo.Record{Topic: "gc", Key: []byte(fmt.Sprint(i)), Value: []byte("v")}
-			if errs := c.Produce(context.Background(), 0, r); errs[0] != nil || r.Offset < 0 {
+			if errs := c.Produce(context.Background(), r); errs[0] != nil || r.Offset < 0 {
 				t.Errorf("record %d: %v", i, errs[0])
 			}
 		})
@@ -347,54 +246,5 @@ func TestRealBroker(t *testing.T) {
 		if seen[fmt.Sprint(i)] != 1 {
 			t.Errorf("record %d on the topic %d times", i, seen[fmt.Sprint(i)])
 		}
-	}
-}
-
-// TestSideWritesShareTheNextWhenAllSlotsAreBusy: while every side slot holds
-// a side write, the side values of the requests arriving meanwhile go out
-// together in one call once a slot frees.
-func TestSideWritesShareTheNextWhenAllSlotsAreBusy(t *testing.T) {
-	produce := func(_ context.Context, recs ...*kgo.Record) kgo.ProduceResults {
-		out := make(kgo.ProduceResults, len(recs))
-		for i, r := range recs {
-			out[i] = kgo.ProduceResult{Record: r}
-		}
-		return out
-	}
-	entered, release := make(chan struct{}, 100), make(chan struct{})
-	var mu sync.Mutex
-	var calls []int // values per side call, in call order
-	c := New(produce, func(_ context.Context, sides []int) {
-		mu.Lock()
-		calls = append(calls, len(sides))
-		mu.Unlock()
-		if sides[0] == 1 { // the requests that fill the slots
-			entered <- struct{}{}
-			<-release
-		}
-	}, time.Minute, 1)
-	var wg sync.WaitGroup
-	slots := sideSlotsPerProduce
-	for i := range slots {
-		wg.Go(func() { c.Produce(context.Background(), 1, rec(fmt.Sprint("held", i))) })
-		<-entered
-	}
-	const n = 10
-	for i := range n {
-		wg.Go(func() { c.Produce(context.Background(), 2, rec(fmt.Sprint("r", i))) })
-	}
-	testenv.Eventually(t, 20*time.Second, func() error {
-		c.sides.mu.Lock()
-		defer c.sides.mu.Unlock()
-		if len(c.sides.waiting) != n {
-			return fmt.Errorf("%d side values waiting, want %d", len(c.sides.waiting), n)
-		}
-		return nil
-	})
-	close(release)
-	wg.Wait()
-	want := append(slices.Repeat([]int{1}, slots), n)
-	if fmt.Sprint(calls) != fmt.Sprint(want) {
-		t.Fatalf("side calls of %v values, want %v", calls, want)
 	}
 }

@@ -1,5 +1,4 @@
-// Package idem is the Redis fast path of Idempotency-Key handling and the
-// short-lived cache of just-submitted jobs.
+// Package idem is the Redis fast path of Idempotency-Key handling.
 //
 // Keys:
 //
@@ -17,9 +16,6 @@
 //	                            dead request's produce did reach Kafka the
 //	                            second enqueued event is the same job, which
 //	                            the scheduler and projections apply once.
-//	ferry:submitted:<job id>    the job resource answered with 202, for ~2m,
-//	                            so a GET right after the submission finds the
-//	                            job before the status projection has it.
 //
 // Redis is the fast path only: the status projection keeps the key and the
 // request hash for the job's lifetime and is consulted when Redis has no
@@ -70,16 +66,15 @@ type Result struct {
 
 // Store is the Redis side of idempotency.
 type Store struct {
-	rdb          *redis.Client
-	ttl          time.Duration
-	claimTTL     time.Duration
-	submittedTTL time.Duration
+	rdb      *redis.Client
+	ttl      time.Duration
+	claimTTL time.Duration
 }
 
-// New returns a store keeping finished keys for ttl, in-flight claims for
-// claimTTL and submitted jobs for submittedTTL.
-func New(rdb *redis.Client, ttl, claimTTL, submittedTTL time.Duration) *Store {
-	return &Store{rdb: rdb, ttl: ttl, claimTTL: claimTTL, submittedTTL: submittedTTL}
+// New returns a store keeping finished keys for ttl and in-flight claims
+// for claimTTL.
+func New(rdb *redis.Client, ttl, claimTTL time.Duration) *Store {
+	return &Store{rdb: rdb, ttl: ttl, claimTTL: claimTTL}
 }
 
 // Key is the Redis key of an idempotency key of tenant.
@@ -87,9 +82,6 @@ func Key(tenant, key string) string { return "ferry:idem:" + tenant + ":" + key 
 
 // IntentKey is the Redis key holding the job id a claim of key chose.
 func IntentKey(tenant, key string) string { return "ferry:idem-intent:" + tenant + ":" + key }
-
-// SubmittedKey is the Redis key of the cached resource of a just-submitted job.
-func SubmittedKey(jobID string) string { return "ferry:submitted:" + jobID }
 
 // claimScript takes KEYS[1] (the key) when free, for ARGV[3] ms, with the
 // job id of an earlier claim's intent (KEYS[2]) for the same hash, or
@@ -186,31 +178,6 @@ func (s *Store) Complete(ctx context.Context, tenant string, done []Finished) er
 	return nil
 }
 
-// CacheSubmitted caches the resources of just-submitted jobs (by job id,
-// JSON) of any number of requests in one round trip. The api calls it once
-// per group of produced submissions, alongside their produce.
-func (s *Store) CacheSubmitted(ctx context.Context, groups []map[string][]byte) error {
-	n := 0
-	for _, g := range groups {
-		n += len(g)
-	}
-	if n == 0 {
-		return nil
-	}
-	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for _, g := range groups {
-			for id, b := range g {
-				p.Set(ctx, SubmittedKey(id), b, s.submittedTTL)
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("idem: cache submitted: %w", err)
-	}
-	return nil
-}
-
 // Release frees keys whose jobs were certainly not produced (refused
 // before the produce), so a retry, even with another body, can proceed.
 // A key is freed only while it still holds this request's claim.
@@ -245,25 +212,3 @@ var releaseScript = redis.NewScript(`
 if redis.call("GET", KEYS[1]) ~= ARGV[1] then return 0 end
 if ARGV[2] == "1" then redis.call("DEL", KEYS[2]) end
 return redis.call("DEL", KEYS[1])`)
-
-// Submitted returns the cached resources of just-submitted jobs, by id.
-func (s *Store) Submitted(ctx context.Context, ids ...string) (map[string][]byte, error) {
-	out := map[string][]byte{}
-	if len(ids) == 0 {
-		return out, nil
-	}
-	keys := make([]string, len(ids))
-	for i, id := range ids {
-		keys[i] = SubmittedKey(id)
-	}
-	vals, err := s.rdb.MGet(ctx, keys...).Result()
-	if err != nil {
-		return nil, fmt.Errorf("idem: submitted: %w", err)
-	}
-	for i, v := range vals {
-		if str, ok := v.(string); ok {
-			out[ids[i]] = []byte(str)
-		}
-	}
-	return out, nil
-}

@@ -19,7 +19,7 @@ func store(t *testing.T, claimTTL time.Duration) (*idem.Store, *redis.Client) {
 	}
 	rdb := redis.NewClient(opts)
 	t.Cleanup(func() { rdb.Close() })
-	return idem.New(rdb, 24*time.Hour, claimTTL, time.Minute), rdb
+	return idem.New(rdb, 24*time.Hour, claimTTL), rdb
 }
 
 func claim(t *testing.T, s *idem.Store, c idem.Claim) idem.Result {
