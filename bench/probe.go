@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -389,6 +390,10 @@ type tableStats struct {
 	// Fetched are rows read by index and sequential scans (idx_tup_fetch +
 	// seq_tup_read): which table the database-wide tup_fetched comes from.
 	Fetched int64
+	// SeqRead are the rows of Fetched read by sequential scans: a query
+	// planned as a scan of a growing table shows here (a run's Postgres
+	// CPU several times the usual has come with 10× the rows fetched).
+	SeqRead int64
 	// Updates and HOTUpdates: an update is HOT when it changes no indexed
 	// column and the new row version fits its page (no index writes).
 	Updates, HOTUpdates int64
@@ -398,7 +403,7 @@ type tableStats struct {
 // names.
 func (p *Probe) tableStats(ctx context.Context) (map[string]tableStats, error) {
 	rows, err := p.pg.Query(ctx, `SELECT relname, n_tup_ins + n_tup_upd + n_tup_del,
-		coalesce(idx_tup_fetch, 0) + seq_tup_read, n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables`)
+		coalesce(idx_tup_fetch, 0) + seq_tup_read, seq_tup_read, n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables`)
 	if err != nil {
 		return nil, err
 	}
@@ -407,7 +412,7 @@ func (p *Probe) tableStats(ctx context.Context) (map[string]tableStats, error) {
 		name string
 		t    tableStats
 	)
-	_, err = pgx.ForEachRow(rows, []any{&name, &t.Writes, &t.Fetched, &t.Updates, &t.HOTUpdates}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&name, &t.Writes, &t.Fetched, &t.SeqRead, &t.Updates, &t.HOTUpdates}, func() error {
 		out[name] = t
 		return nil
 	})
@@ -419,7 +424,7 @@ func tableDeltas(a, b map[string]tableStats) map[string]tableStats {
 	out := map[string]tableStats{}
 	for k, v := range b {
 		w := a[k]
-		out[k] = tableStats{Writes: v.Writes - w.Writes, Fetched: v.Fetched - w.Fetched,
+		out[k] = tableStats{Writes: v.Writes - w.Writes, Fetched: v.Fetched - w.Fetched, SeqRead: v.SeqRead - w.SeqRead,
 			Updates: v.Updates - w.Updates, HOTUpdates: v.HOTUpdates - w.HOTUpdates}
 	}
 	return out
@@ -472,17 +477,13 @@ func (p *Probe) perJob(a, b Counters, n int) (string, map[string]any) {
 		float64(pg.XactCommit)/f, float64(pg.TupInserted)/f, float64(pg.TupUpdated)/f, float64(pg.TupFetched)/f,
 		float64(pg.WALRecords)/f, float64(pg.WALBytes)/f, float64(pg.WALFPI)/f)
 	deltas := tableDeltas(a.Tables, b.Tables)
-	tables, fetched := map[string]int64{}, map[string]int64{}
+	tables, fetched, seq := map[string]int64{}, map[string]int64{}, map[string]int64{}
 	for k, d := range deltas {
-		if d.Writes > 0 {
-			tables[k] = d.Writes
-		}
-		if d.Fetched > 0 {
-			fetched[k] = d.Fetched
-		}
+		tables[k], fetched[k], seq[k] = d.Writes, d.Fetched, d.SeqRead
 	}
 	jobs := deltas["jobs"]
 	s += " (row writes by table: " + topPerJob(tables, f) + "; rows fetched by table: " + topPerJob(fetched, f) +
+		"; of them by sequential scan: " + cmp.Or(topPerJob(seq, f), "none") +
 		fmt.Sprintf("; jobs updates %.2f, of them HOT %.2f)", float64(jobs.Updates)/f, float64(jobs.HOTUpdates)/f)
 	cpu := microsPerJob(a.CPU, b.CPU, n)
 	if len(cpu) > 1 {
@@ -497,7 +498,7 @@ func (p *Probe) perJob(a, b Counters, n int) (string, map[string]any) {
 		s += "; " + r
 	}
 	detail := map[string]any{"redis_used_memory": b.RedisS.UsedMemory, "redis_memory_per_job": float64(b.RedisS.UsedMemory-a.RedisS.UsedMemory) / f,
-		"redis_aof_rewrites": b.RedisS.AOFRewrites - a.RedisS.AOFRewrites, "kafka_records": recs, "table_row_writes": tables, "table_rows_fetched": fetched,
+		"redis_aof_rewrites": b.RedisS.AOFRewrites - a.RedisS.AOFRewrites, "kafka_records": recs, "table_row_writes": tables, "table_rows_fetched": fetched, "table_seq_rows_read": seq,
 		"jobs_updates": jobs.Updates, "jobs_hot_updates": jobs.HOTUpdates, "redis_calls": redisDelta, "postgres": pg, "jobs": n,
 		"seconds": b.At.Sub(a.At).Seconds(), "cpu_us_per_job": cpu, "cpu_implausible": bad}
 	return s, detail
