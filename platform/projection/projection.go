@@ -212,6 +212,18 @@ func rebalanceLogs(group string, log *slog.Logger, settle func()) []kgo.Opt {
 	}
 }
 
+// keyedTx begins a batch's transaction with sequential scans off, in the
+// same round trip as BEGIN. A projection reads and writes its rows by key,
+// but a table's statistics taken while it held a few dozen rows (autovacuum
+// analyses a fresh table early) make a scan look cheapest, and a pooled
+// connection keeps that plan (a prepared statement's generic plan) while
+// the table grows, until the next analyse, up to a minute later: the status
+// projection then scanned all of jobs once per job of each batch, over a
+// second per batch at 20,000 rows, and fell behind (docs/performance.md,
+// Round 12). With scans off the planner takes the key's index whatever the
+// statistics say; a statement no index serves still scans.
+var keyedTx = pgx.TxOptions{BeginQuery: "BEGIN; SET LOCAL enable_seqscan = off"}
+
 // newSettler applies a prefix of a batch, or parks one record, in one
 // transaction with the offsets past it: exactly once either way.
 func newSettler(pool *pgxpool.Pool, group string, apply ApplyFunc, log *slog.Logger) *quarantine.Settler {
@@ -219,7 +231,7 @@ func newSettler(pool *pgxpool.Pool, group string, apply ApplyFunc, log *slog.Log
 		Group:  group,
 		Logger: log,
 		Apply: func(ctx context.Context, recs []*kgo.Record) error {
-			return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			return pgx.BeginTxFunc(ctx, pool, keyedTx, func(tx pgx.Tx) error {
 				if err := apply(ctx, tx, recs); err != nil {
 					return err
 				}

@@ -356,3 +356,47 @@ func TestRetryAndDiscard(t *testing.T) {
 		t.Fatalf("discard of a resolved record: %v, want ErrState", err)
 	}
 }
+
+// TestBatchTransactionsUseKeys: a batch's transaction plans key lookups as
+// index scans even when the table's statistics say it is empty (analysed
+// while it was), where the planner otherwise takes a sequential scan, which
+// a pooled connection keeps in its cached plan as the table grows.
+func TestBatchTransactionsUseKeys(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	if _, err := f.pool.Exec(ctx, `ANALYZE items`); err != nil {
+		t.Fatal(err)
+	}
+	const lookup = `EXPLAIN (COSTS OFF) SELECT n FROM items WHERE k = 'k-001'`
+	explain := func(q interface {
+		Query(context.Context, string, ...any) (pgx.Rows, error)
+	}) (string, error) {
+		rows, err := q.Query(ctx, lookup)
+		if err != nil {
+			return "", err
+		}
+		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		return strings.Join(lines, "\n"), err
+	}
+	outside, err := explain(f.pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(outside, "Seq Scan") {
+		t.Fatalf("outside a batch the lookup on an empty-analysed table plans as\n%s\nnot the sequential scan this test guards against", outside)
+	}
+	var inside atomic.Value
+	f.run(func(ctx context.Context, tx pgx.Tx, recs []*kgo.Record) error {
+		plan, err := explain(tx)
+		if err != nil {
+			return err
+		}
+		inside.Store(plan)
+		return f.apply(ctx, tx, recs)
+	})
+	f.produce(batch(3)...)
+	waitFor(t, 20*time.Second, "the batch applied", func() bool { return len(f.items()) == 3 })
+	if plan, _ := inside.Load().(string); strings.Contains(plan, "Seq Scan") || !strings.Contains(plan, "Index") {
+		t.Fatalf("inside a batch's transaction the lookup plans as\n%s\nwant an index scan", plan)
+	}
+}
