@@ -212,17 +212,19 @@ func rebalanceLogs(group string, log *slog.Logger, settle func()) []kgo.Opt {
 	}
 }
 
-// keyedTx begins a batch's transaction with sequential scans off, in the
+// batchTx begins a batch's transaction with custom plans only, in the
 // same round trip as BEGIN. A projection reads and writes its rows by key,
-// but a table's statistics taken while it held a few dozen rows (autovacuum
-// analyses a fresh table early) make a scan look cheapest, and a pooled
-// connection keeps that plan (a prepared statement's generic plan) while
-// the table grows, until the next analyse, up to a minute later: the status
-// projection then scanned all of jobs once per job of each batch, over a
-// second per batch at 20,000 rows, and fell behind (docs/performance.md,
-// Round 12). With scans off the planner takes the key's index whatever the
-// statistics say; a statement no index serves still scans.
-var keyedTx = pgx.TxOptions{BeginQuery: "BEGIN; SET LOCAL enable_seqscan = off"}
+// but a pooled connection caches a statement's generic plan once it has run
+// it five times, planned with the statistics of that moment: a table
+// analysed while it held a few dozen rows then looks as cheap to walk in
+// any index that starts with the tenant as in its primary key, and the
+// cached plan keeps walking it while the table grows, until the next
+// analyse, up to a minute later. The status projection's lookup did that
+// (jobs_queue instead of the primary key, every row of the tenant per job),
+// 0.4-0.9 s per batch at 20,000 rows, and fell behind (docs/performance.md,
+// Round 12). A custom plan sees the table's current size and the batch's
+// keys each time, for a few hundred µs of planning per batch.
+var batchTx = pgx.TxOptions{BeginQuery: "BEGIN; SET LOCAL plan_cache_mode = force_custom_plan"}
 
 // newSettler applies a prefix of a batch, or parks one record, in one
 // transaction with the offsets past it: exactly once either way.
@@ -231,7 +233,7 @@ func newSettler(pool *pgxpool.Pool, group string, apply ApplyFunc, log *slog.Log
 		Group:  group,
 		Logger: log,
 		Apply: func(ctx context.Context, recs []*kgo.Record) error {
-			return pgx.BeginTxFunc(ctx, pool, keyedTx, func(tx pgx.Tx) error {
+			return pgx.BeginTxFunc(ctx, pool, batchTx, func(tx pgx.Tx) error {
 				if err := apply(ctx, tx, recs); err != nil {
 					return err
 				}
