@@ -239,7 +239,8 @@ func (e *entry) uniqueSwap(produced bool) unique.Swap {
 // perhaps), it first waits for the projection to apply everything written
 // before the call (Service.visible), so a read after a 202 sees the job.
 // errNotVisibleYet: the projection was still behind after
-// Config.VisibleWait; the rows it has are returned with it.
+// Config.VisibleWait (or the barrier could not list the topic's offsets);
+// the rows it has are returned with it.
 func (s *Service) findJobs(ctx context.Context, tenant string, ids []string, now time.Time) (map[string]store.Job, error) {
 	rows, err := s.store.GetMany(ctx, tenant, ids)
 	if err != nil {
@@ -255,10 +256,13 @@ func (s *Service) findJobs(ctx context.Context, tenant string, ids []string, now
 		return rows, nil
 	}
 	if err := s.visible.Wait(ctx); err != nil {
-		if errors.Is(err, projection.ErrBehind) {
-			return rows, errNotVisibleYet
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
 		}
-		return nil, err
+		if !errors.Is(err, projection.ErrBehind) { // e.g. the broker unreachable
+			s.log.WarnContext(ctx, "read barrier failed", "tenant", tenant, "err", err)
+		}
+		return rows, errNotVisibleYet
 	}
 	more, err := s.store.GetMany(ctx, tenant, fresh)
 	if err != nil {
