@@ -99,6 +99,21 @@ func groupLag(ctx context.Context, adm *kadm.Client, group string, topics []stri
 	if err != nil {
 		return nil, err
 	}
+	for t, ps := range Unprocessed(ends, starts, at) {
+		for _, n := range ps {
+			per[t] += n
+		}
+	}
+	return per, nil
+}
+
+// Unprocessed returns, per topic and partition listed in ends, the records
+// a consumer whose next offsets are at has not processed yet (only
+// partitions with some). A partition at has no offset for counts from its
+// start offset in starts: records that expired before the consumer ever
+// read there are none it can still process.
+func Unprocessed(ends, starts kadm.ListedOffsets, at map[string]map[int32]int64) map[string]map[int32]int64 {
+	out := map[string]map[int32]int64{}
 	ends.Each(func(o kadm.ListedOffset) {
 		if o.Err != nil {
 			return
@@ -110,10 +125,13 @@ func groupLag(ctx context.Context, adm *kadm.Client, group string, topics []stri
 			}
 		}
 		if d := o.Offset - from; d > 0 {
-			per[o.Topic] += d
+			if out[o.Topic] == nil {
+				out[o.Topic] = map[int32]int64{}
+			}
+			out[o.Topic][o.Partition] = d
 		}
 	})
-	return per, nil
+	return out
 }
 
 // lagRegistry is the process-wide state behind the lag gauge.

@@ -10,6 +10,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ferryhq/ferry/platform/kafkax"
 )
 
 // ErrBehind is Barrier.Wait's error when the projection did not reach the
@@ -22,11 +24,12 @@ var ErrBehind = errors.New("projection: behind the log")
 // read (a 202 before the GET) is in the topic, so after Wait the
 // projection has it, or it does not exist.
 //
-// Concurrent waiters share rounds: a round lists the topic's end offsets
-// once, then polls the projection's stored offsets (ferry_offsets) until
-// they reach them. Waiters arriving while a round runs join the next one,
-// which lists the end offsets again after they arrived. So a flood of reads
-// costs one ListOffsets and one small query per poll, not one per read.
+// Concurrent waiters share rounds: a round lists the topic's end (and
+// start) offsets once, then polls the projection's stored offsets
+// (ferry_offsets) until they reach them. Waiters arriving while a round
+// runs join the next one, which lists the offsets again after they arrived.
+// So a flood of reads costs two ListOffsets per round and one small query
+// per poll, not one per read.
 type Barrier struct {
 	pool    *pgxpool.Pool
 	adm     *kadm.Client
@@ -113,78 +116,38 @@ func (b *Barrier) run() {
 }
 
 // catchUp waits until the stored offsets reach the topic's end offsets as
-// listed now.
+// listed now: until the projection has nothing left to process of what the
+// topic held (kafkax.Unprocessed, the rule of the consumer lag gauge too).
 func (b *Barrier) catchUp() error {
 	ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
 	defer cancel()
 	ends, err := b.adm.ListEndOffsets(ctx, b.topic)
+	if err == nil {
+		err = ends.Error()
+	}
 	if err != nil {
 		return fmt.Errorf("projection: barrier: %w", err)
 	}
-	if err := ends.Error(); err != nil {
+	starts, err := b.adm.ListStartOffsets(ctx, b.topic)
+	if err != nil {
 		return fmt.Errorf("projection: barrier: %w", err)
 	}
-	want := map[int32]int64{}
-	ends.Each(func(o kadm.ListedOffset) {
-		if o.Offset > 0 {
-			want[o.Partition] = o.Offset
-		}
-	})
+	tick := time.NewTicker(b.poll)
+	defer tick.Stop()
 	for {
-		left, err := b.behind(ctx, want)
-		if err != nil || len(left) == 0 {
-			return err
+		stored, err := StoredOffsets(ctx, b.pool, b.group)
+		switch {
+		case ctx.Err() != nil:
+			return ErrBehind
+		case err != nil:
+			return fmt.Errorf("projection: barrier: %w", err)
+		case len(kafkax.Unprocessed(ends, starts, stored)) == 0:
+			return nil
 		}
 		select {
 		case <-ctx.Done():
 			return ErrBehind
-		case <-time.After(b.poll):
+		case <-tick.C:
 		}
 	}
-}
-
-// behind reads the stored offsets and returns the partitions of want the
-// projection has not reached. A partition it never stored an offset for
-// counts as reached when the topic holds nothing there any more (its
-// records expired before the projection saw them).
-func (b *Barrier) behind(ctx context.Context, want map[int32]int64) (map[int32]int64, error) {
-	stored, err := StoredOffsets(ctx, b.pool, b.group)
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil, ErrBehind
-		}
-		return nil, fmt.Errorf("projection: barrier: %w", err)
-	}
-	left := map[int32]int64{}
-	for p, end := range want {
-		if stored[b.topic][p] < end {
-			left[p] = end
-		}
-	}
-	if len(left) == 0 || !missingAny(stored[b.topic], left) {
-		return left, nil
-	}
-	starts, err := b.adm.ListStartOffsets(ctx, b.topic)
-	if err != nil {
-		return left, nil // retry on the next poll
-	}
-	for p, end := range left {
-		if _, ok := stored[b.topic][p]; ok {
-			continue
-		}
-		if s, ok := starts.Lookup(b.topic, p); ok && s.Err == nil && s.Offset >= end {
-			delete(left, p)
-		}
-	}
-	return left, nil
-}
-
-// missingAny reports whether stored lacks one of the partitions of left.
-func missingAny(stored map[int32]int64, left map[int32]int64) bool {
-	for p := range left {
-		if _, ok := stored[p]; !ok {
-			return true
-		}
-	}
-	return false
 }
