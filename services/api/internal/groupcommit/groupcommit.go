@@ -29,12 +29,19 @@ import (
 // (kgo.Client.ProduceSync).
 type ProduceFunc func(ctx context.Context, recs ...*kgo.Record) kgo.ProduceResults
 
-// Committer groups the produces of concurrent requests. The zero value is
-// not usable; see New.
+// Committer groups the produces of concurrent requests, at most max
+// produce calls at once: a request added while a slot is free goes out at
+// once, with whatever else waits; added while every slot is busy, it waits
+// and goes out with the requests added meanwhile, in the next group a slot
+// takes. The zero value is not usable; see New.
 type Committer struct {
 	produce ProduceFunc
 	timeout time.Duration
-	records lane[*request] // produce calls
+	max     int
+
+	mu      sync.Mutex
+	waiting []*request
+	busy    int // slots running groups
 }
 
 // request is one caller's records and, once flushed, their results.
@@ -55,9 +62,7 @@ var ErrGroupTimeout = errors.New("groupcommit: produce timed out")
 // (it runs on no request's context, so that one caller going away cannot
 // fail the records of the others).
 func New(produce ProduceFunc, timeout time.Duration, inflight int) *Committer {
-	c := &Committer{produce: produce, timeout: timeout}
-	c.records = lane[*request]{max: max(inflight, 1), run: c.flushRecords}
-	return c
+	return &Committer{produce: produce, timeout: timeout, max: max(inflight, 1)}
 }
 
 // Produce sends recs in the next group and returns one error per record
@@ -69,7 +74,7 @@ func (c *Committer) Produce(ctx context.Context, recs ...*kgo.Record) []error {
 		return nil
 	}
 	r := &request{span: trace.SpanFromContext(ctx), recs: recs, done: make(chan struct{})}
-	c.records.add(r)
+	c.add(r)
 	select {
 	case <-r.done:
 		return r.errs
@@ -82,47 +87,34 @@ func (c *Committer) Produce(ctx context.Context, recs ...*kgo.Record) []error {
 	}
 }
 
-// lane runs groups of the items added to it, at most max groups at once:
-// an item added while a slot is free goes out at once, with whatever else
-// waits; added while every slot is busy, it waits and goes out with the
-// items added meanwhile, in the next group a slot takes.
-type lane[T any] struct {
-	max int
-	run func(group []T)
-
-	mu      sync.Mutex
-	waiting []T
-	busy    int // slots running groups
-}
-
-// add queues it and takes a free slot for it, if there is one.
-func (l *lane[T]) add(it T) {
-	l.mu.Lock()
-	l.waiting = append(l.waiting, it)
-	start := l.busy < l.max
+// add queues r and takes a free slot for it, if there is one.
+func (c *Committer) add(r *request) {
+	c.mu.Lock()
+	c.waiting = append(c.waiting, r)
+	start := c.busy < c.max
 	if start {
-		l.busy++
+		c.busy++
 	}
-	l.mu.Unlock()
+	c.mu.Unlock()
 	if start {
-		go l.drain()
+		go c.drain()
 	}
 }
 
-// drain runs the waiting items, one group at a time, until none are left,
-// then frees its slot.
-func (l *lane[T]) drain() {
+// drain produces the waiting requests, one group at a time, until none are
+// left, then frees its slot.
+func (c *Committer) drain() {
 	for {
-		l.mu.Lock()
-		group := l.waiting
-		l.waiting = nil
+		c.mu.Lock()
+		group := c.waiting
+		c.waiting = nil
 		if len(group) == 0 {
-			l.busy--
-			l.mu.Unlock()
+			c.busy--
+			c.mu.Unlock()
 			return
 		}
-		l.mu.Unlock()
-		l.run(group)
+		c.mu.Unlock()
+		c.flushRecords(group)
 	}
 }
 

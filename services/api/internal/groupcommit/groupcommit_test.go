@@ -51,9 +51,9 @@ func (g *gate) produce(_ context.Context, recs ...*kgo.Record) kgo.ProduceResult
 
 // queued counts the requests waiting for a produce slot.
 func (c *Committer) queued() int {
-	c.records.mu.Lock()
-	defer c.records.mu.Unlock()
-	return len(c.records.waiting)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.waiting)
 }
 
 func waitQueued(t *testing.T, c *Committer, n int) {
