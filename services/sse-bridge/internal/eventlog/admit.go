@@ -28,6 +28,12 @@ type jobState struct {
 
 func (j *jobState) ended() bool { return j.terminalSeq != 0 }
 
+// holdEntry records that an event of job went into its hold at at.
+type holdEntry struct {
+	job *jobState
+	at  time.Time
+}
+
 // take handles one consumed event: it is dropped (a duplicate by CloudEvents
 // id, an event of a job that ended, or one whose tenant disagrees with its
 // job's), held, or logged together with the held events it releases.
@@ -57,7 +63,8 @@ func (l *Log) take(e logEvent, now time.Time, out *[]*hub.Event) {
 	if !l.ready(e, j, now) {
 		e.heldAt = now
 		j.held = append(j.held, e)
-		l.holding[j] = struct{}{}
+		l.holds = append(l.holds, holdEntry{job: j, at: now})
+		l.nheld++
 		return
 	}
 	l.append(e, j, now, out)
@@ -90,10 +97,8 @@ func (l *Log) drain(j *jobState, now time.Time, out *[]*hub.Event) {
 		}
 		w := j.held[i]
 		j.held = slices.Delete(j.held, i, i+1)
+		l.nheld--
 		l.append(w, j, now, out)
-	}
-	if len(j.held) == 0 {
-		delete(l.holding, j)
 	}
 }
 
@@ -138,6 +143,7 @@ func (l *Log) append(e logEvent, j *jobState, now time.Time, out *[]*hub.Event) 
 		for _, w := range j.held {
 			delete(l.seen, w.id)
 		}
+		l.nheld -= len(j.held)
 		j.held = nil
 	}
 }

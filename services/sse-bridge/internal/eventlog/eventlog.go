@@ -13,6 +13,7 @@ package eventlog
 import (
 	"errors"
 	"log/slog"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -46,11 +47,16 @@ type Log struct {
 	hub *hub.Hub
 	log *slog.Logger
 
-	mu      sync.Mutex
-	ring    []entry // oldest first; ids increase
-	jobs    map[string]*jobState
-	seen    map[string]struct{} // CloudEvents ids logged or held
-	holding map[*jobState]struct{}
+	mu   sync.Mutex
+	ring []entry // oldest first; ids increase
+	jobs map[string]*jobState
+	seen map[string]struct{} // CloudEvents ids logged or held
+	// holds has one entry per event put in a hold, in the order they were
+	// held (so by hold time): ReleaseHeld visits only the jobs whose
+	// oldest holds have passed, not every job that holds something. An
+	// entry whose event was released early is skipped when it comes up.
+	holds   []holdEntry
+	nheld   int   // events waiting in the jobs' holds
 	last    int64 // id of the newest event; idBase before the first
 	evicted int64 // id of the newest evicted event; idBase before the first
 }
@@ -71,7 +77,7 @@ func New(cfg Config, h *hub.Hub, log *slog.Logger) *Log {
 	}
 	base := idBase(cfg.Now())
 	return &Log{cfg: cfg, hub: h, log: log, jobs: map[string]*jobState{}, seen: map[string]struct{}{},
-		holding: map[*jobState]struct{}{}, last: base, evicted: base}
+		last: base, evicted: base}
 }
 
 // Append logs the lifecycle events of recs (one fetch) and publishes them
@@ -92,15 +98,19 @@ func (l *Log) Append(recs []*kgo.Record) {
 }
 
 // ReleaseHeld logs the held events whose hold has passed. Append does it
-// for the jobs it touches; this covers the time no records arrive.
+// for the jobs it touches; this covers the time no records arrive. It
+// costs the holds that passed since the last call, however many jobs
+// still hold events.
 func (l *Log) ReleaseHeld() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := l.cfg.Now()
 	var out []*hub.Event
-	for j := range l.holding {
-		l.drain(j, now, &out)
+	n := 0
+	for ; n < len(l.holds) && now.Sub(l.holds[n].at) >= l.cfg.Hold; n++ {
+		l.drain(l.holds[n].job, now, &out)
 	}
+	l.holds = slices.Delete(l.holds, 0, n)
 	l.finish(out)
 }
 
@@ -242,9 +252,5 @@ func (l *Log) Len() int {
 func (l *Log) Held() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	n := 0
-	for j := range l.holding {
-		n += len(j.held)
-	}
-	return n
+	return l.nheld
 }
