@@ -8,6 +8,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ferryhq/ferry/events/schema/jsonw"
 )
 
 // Header names of the CloudEvents Kafka binary binding.
@@ -68,7 +70,7 @@ func appendUUID(b []byte, u uuid.UUID) []byte {
 		if i == 4 || i == 6 || i == 8 || i == 10 {
 			b = append(b, '-')
 		}
-		b = append(b, hexDigits[c>>4], hexDigits[c&0xF])
+		b = append(b, jsonw.HexDigits[c>>4], jsonw.HexDigits[c&0xF])
 	}
 	return b
 }

@@ -23,11 +23,11 @@ package schema
 import (
 	"bytes"
 	"encoding/json"
-	"math"
 	"strconv"
 	"sync"
 	"time"
-	"unicode/utf8"
+
+	"github.com/ferryhq/ferry/events/schema/jsonw"
 )
 
 // encodeData encodes a record's payload: json.Marshal's bytes, fast for the
@@ -122,8 +122,8 @@ type encoder struct{ refused bool }
 
 // appendRef opens an object with the members of an embedded JobRef.
 func appendRef(b []byte, r *JobRef) []byte {
-	b = appendString(append(b, `{"job_id":`...), r.JobID)
-	b = appendString(append(b, `,"tenant_id":`...), r.TenantID)
+	b = jsonw.String(append(b, `{"job_id":`...), r.JobID)
+	b = jsonw.String(append(b, `,"tenant_id":`...), r.TenantID)
 	return strconv.AppendInt(append(b, `,"attempt":`...), int64(r.Attempt), 10)
 }
 
@@ -131,8 +131,8 @@ func appendRef(b []byte, r *JobRef) []byte {
 // (started, progress, completed, failed) begin with.
 func appendAttemptOf(b []byte, r *JobRef, worker, dispatch string) []byte {
 	b = appendRef(b, r)
-	b = appendString(append(b, `,"worker_id":`...), worker)
-	return appendString(append(b, `,"dispatch_id":`...), dispatch)
+	b = jsonw.String(append(b, `,"worker_id":`...), worker)
+	return jsonw.String(append(b, `,"dispatch_id":`...), dispatch)
 }
 
 func (e *encoder) started(b []byte, v *Started) []byte {
@@ -160,8 +160,8 @@ func (e *encoder) completed(b []byte, v *Completed) []byte {
 
 func (e *encoder) failed(b []byte, v *Failed) []byte {
 	b = appendAttemptOf(b, &v.JobRef, v.WorkerID, v.DispatchID)
-	b = appendString(append(b, `,"error":{"class":`...), string(v.Error.Class))
-	b = appendString(append(b, `,"message":`...), v.Error.Message)
+	b = jsonw.String(append(b, `,"error":{"class":`...), string(v.Error.Class))
+	b = jsonw.String(append(b, `,"message":`...), v.Error.Message)
 	b = append(b, '}')
 	b = appendOptDuration(b, `,"retry_after":`, v.RetryAfter)
 	b = e.time(append(b, `,"started_at":`...), v.StartedAt)
@@ -171,7 +171,7 @@ func (e *encoder) failed(b []byte, v *Failed) []byte {
 
 func (e *encoder) dispatch(b []byte, v *Dispatch) []byte {
 	b = appendRef(b, &v.JobRef)
-	b = appendString(append(b, `,"dispatch_id":`...), v.DispatchID)
+	b = jsonw.String(append(b, `,"dispatch_id":`...), v.DispatchID)
 	b = e.jobSpec(append(b, `,"job":`...), &v.Job)
 	b = e.time(append(b, `,"created_at":`...), v.CreatedAt)
 	b = e.time(append(b, `,"ready_at":`...), v.ReadyAt)
@@ -185,13 +185,13 @@ func (e *encoder) enqueued(b []byte, v *Enqueued) []byte {
 	b = e.jobSpec(append(b, `,"job":`...), &v.Job)
 	b = e.time(append(b, `,"created_at":`...), v.CreatedAt)
 	b = e.time(append(b, `,"run_at":`...), v.RunAt)
-	b = appendString(append(b, `,"reason":`...), v.Reason)
+	b = jsonw.String(append(b, `,"reason":`...), v.Reason)
 	b = appendOptString(b, `,"actor":`, v.Actor)
 	b = appendOptString(b, `,"idempotency_key":`, v.IdempotencyKey)
 	b = appendOptString(b, `,"request_hash":`, v.RequestHash)
 	if u := v.Unique; u != nil {
-		b = appendString(append(b, `,"unique":{"key":`...), u.Key)
-		b = appendString(append(b, `,"while":`...), u.While)
+		b = jsonw.String(append(b, `,"unique":{"key":`...), u.Key)
+		b = jsonw.String(append(b, `,"while":`...), u.While)
 		b = append(e.time(append(b, `,"until":`...), u.Until), '}')
 	}
 	b = appendOptString(b, `,"redriven_from":`, v.RedrivenFrom)
@@ -220,8 +220,8 @@ func (e *encoder) attempt(b []byte, v *Attempt) []byte {
 }
 
 func (e *encoder) jobSpec(b []byte, v *JobSpec) []byte {
-	b = appendString(append(b, `{"type":`...), v.Type)
-	b = appendString(append(b, `,"queue":`...), v.Queue)
+	b = jsonw.String(append(b, `{"type":`...), v.Type)
+	b = jsonw.String(append(b, `,"queue":`...), v.Queue)
 	b = strconv.AppendInt(append(b, `,"priority":`...), int64(v.Priority), 10)
 	b = e.optRaw(b, `,"payload":`, v.Payload)
 	b = strconv.AppendInt(append(b, `,"max_attempts":`...), int64(v.MaxAttempts), 10)
@@ -233,16 +233,16 @@ func (e *encoder) jobSpec(b []byte, v *JobSpec) []byte {
 			if i > 0 {
 				b = append(b, ',')
 			}
-			b = appendString(b, tag)
+			b = jsonw.String(b, tag)
 		}
 		b = append(b, ']')
 	}
-	b = appendString(append(b, `,"pool":`...), v.Pool)
+	b = jsonw.String(append(b, `,"pool":`...), v.Pool)
 	if v.Backoff != nil {
 		b = e.backoff(append(b, `,"backoff":`...), v.Backoff)
 	}
 	if c := v.Concurrency; c != nil {
-		b = appendString(append(b, `,"concurrency":{"key":`...), c.Key)
+		b = jsonw.String(append(b, `,"concurrency":{"key":`...), c.Key)
 		b = strconv.AppendInt(append(b, `,"limit":`...), int64(c.Limit), 10)
 		b = append(b, '}')
 	}
@@ -271,7 +271,7 @@ func appendOptString(b []byte, key, s string) []byte {
 	if s == "" {
 		return b
 	}
-	return appendString(append(b, key...), s)
+	return jsonw.String(append(b, key...), s)
 }
 
 // appendOptDuration writes the member key with d as Duration.MarshalJSON
@@ -280,19 +280,14 @@ func appendOptDuration(b []byte, key string, d Duration) []byte {
 	if d == 0 {
 		return b
 	}
-	return appendString(append(b, key...), time.Duration(d).String())
+	return jsonw.String(append(b, key...), time.Duration(d).String())
 }
 
-// time writes t as time.Time.MarshalJSON does: RFC 3339 with nanoseconds,
-// quoted. AppendText is the same text, and refuses the same times (a year
-// outside 0000–9999, a zone offset of a day or more).
+// time writes t as time.Time.MarshalJSON does (jsonw.Time).
 func (e *encoder) time(b []byte, t time.Time) []byte {
-	out, err := t.AppendText(append(b, '"'))
-	if err != nil {
-		e.refused = true
-		return b
-	}
-	return append(out, '"')
+	b, ok := jsonw.Time(b, t)
+	e.refused = e.refused || !ok
+	return b
 }
 
 // optTime writes the member key with *t, unless t is nil: omitempty.
@@ -303,23 +298,10 @@ func (e *encoder) optTime(b []byte, key string, t *time.Time) []byte {
 	return e.time(append(b, key...), *t)
 }
 
-// float writes f as encoding/json's float encoder does: like
-// strconv.FormatFloat(f, 'g', -1, 64) but with exponents only below 1e-6
-// and from 1e21, unpadded; NaN and ±Inf are refused.
+// float writes f as encoding/json's float encoder does (jsonw.Float).
 func (e *encoder) float(b []byte, f float64) []byte {
-	if math.IsNaN(f) || math.IsInf(f, 0) {
-		e.refused = true
-		return b
-	}
-	format := byte('f')
-	if abs := math.Abs(f); abs != 0 && (abs < 1e-6 || abs >= 1e21) {
-		format = 'e'
-	}
-	b = strconv.AppendFloat(b, f, format, -1, 64)
-	if n := len(b); format == 'e' && b[n-4] == 'e' && b[n-3] == '-' && b[n-2] == '0' {
-		b[n-2] = b[n-1] // e-07 → e-7
-		b = b[:n-1]
-	}
+	b, ok := jsonw.Float(b, f)
+	e.refused = e.refused || !ok
 	return b
 }
 
@@ -329,111 +311,10 @@ func (e *encoder) optRaw(b []byte, key string, m json.RawMessage) []byte {
 	if len(m) == 0 {
 		return b
 	}
-	if !json.Valid(m) {
+	out, ok := jsonw.Raw(append(b, key...), m)
+	if !ok {
 		e.refused = true
 		return b
 	}
-	return appendCompact(append(b, key...), m)
-}
-
-// appendCompact appends the valid JSON src as encoding/json's compact with
-// HTML escaping does to a MarshalJSON result: whitespace outside strings
-// dropped, <, >, & and U+2028, U+2029 escaped, everything else (invalid
-// UTF-8 and escapes included) copied as is.
-func appendCompact(b, src []byte) []byte {
-	start, inString := 0, false
-	for i := 0; i < len(src); i++ {
-		c := src[i]
-		if !inString {
-			switch c {
-			case '"':
-				inString = true
-			case ' ', '\t', '\n', '\r':
-				b = append(b, src[start:i]...)
-				start = i + 1
-			}
-			continue
-		}
-		switch {
-		case c == '"':
-			inString = false
-		case c == '\\':
-			i++ // the escaped character is ASCII in valid JSON: it cannot end the string
-		case c == '<' || c == '>' || c == '&':
-			b = append(append(b, src[start:i]...), '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xF])
-			start = i + 1
-		case c == 0xE2 && i+2 < len(src) && src[i+1] == 0x80 && src[i+2]&^1 == 0xA8:
-			b = append(append(b, src[start:i]...), '\\', 'u', '2', '0', '2', hexDigits[src[i+2]&0xF])
-			i += 2
-			start = i + 1
-		}
-	}
-	return append(b, src[start:]...)
-}
-
-const hexDigits = "0123456789abcdef"
-
-// htmlSafe reports the ASCII bytes encoding/json writes in a string as
-// they are, HTML escaping on (json.Marshal's setting): not a control
-// character, ", \, <, > or &.
-var htmlSafe = func() (t [utf8.RuneSelf]bool) {
-	for c := ' '; c < utf8.RuneSelf; c++ {
-		t[c] = c != '"' && c != '\\' && c != '<' && c != '>' && c != '&'
-	}
-	return t
-}()
-
-// appendString writes s as a JSON string exactly as encoding/json's
-// appendString does with HTML escaping: short escapes for \b \f \n \r \t
-// " \, \u00XX for other control characters and <, >, &, \u2028 and \u2029
-// for the JavaScript line separators, and \ufffd for each byte of invalid
-// UTF-8.
-func appendString(b []byte, s string) []byte {
-	b = append(b, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			if htmlSafe[c] {
-				i++
-				continue
-			}
-			b = appendEscapedByte(append(b, s[start:i]...), c)
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		switch {
-		case r == utf8.RuneError && size == 1:
-			b = append(append(b, s[start:i]...), `\ufffd`...)
-		case r == '\u2028' || r == '\u2029':
-			b = append(append(b, s[start:i]...), '\\', 'u', '2', '0', '2', hexDigits[r&0xF])
-		default:
-			i += size
-			continue
-		}
-		i += size
-		start = i
-	}
-	return append(append(b, s[start:]...), '"')
-}
-
-// appendEscapedByte writes the escape of an ASCII byte htmlSafe refuses.
-func appendEscapedByte(b []byte, c byte) []byte {
-	switch c {
-	case '\\', '"':
-		return append(b, '\\', c)
-	case '\b':
-		return append(b, '\\', 'b')
-	case '\f':
-		return append(b, '\\', 'f')
-	case '\n':
-		return append(b, '\\', 'n')
-	case '\r':
-		return append(b, '\\', 'r')
-	case '\t':
-		return append(b, '\\', 't')
-	}
-	return append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xF])
+	return out
 }

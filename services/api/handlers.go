@@ -117,9 +117,9 @@ func (s *Service) handleSubmit(w http.ResponseWriter, r *http.Request) {
 	case o.err != nil:
 		httpx.WriteError(w, r, o.err)
 	case o.created:
-		httpx.WriteJSON(w, http.StatusAccepted, o.job)
+		writeJob(w, http.StatusAccepted, &o.job)
 	default:
-		httpx.WriteJSON(w, http.StatusOK, o.job)
+		writeJob(w, http.StatusOK, &o.job)
 	}
 }
 
@@ -184,7 +184,7 @@ func (s *Service) handleBatch(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	status, resp := batchAnswer(out)
-	httpx.WriteJSON(w, status, resp)
+	writeBatch(w, status, resp)
 }
 
 // batchResponse is the answer to a batch: per item, its job or its error.
