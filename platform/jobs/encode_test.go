@@ -15,7 +15,7 @@ import (
 // without nanoseconds, floats in exponent form, the rare members it writes.
 func sampleJobs() []Job {
 	at := time.Date(2026, 11, 28, 6, 30, 0, 123456789, time.UTC)
-	zoned := time.Date(2026, 1, 2, 3, 4, 5, 0, time.FixedZone("x", -(3*3600 + 30*60)))
+	zoned := time.Date(2026, 1, 2, 3, 4, 5, 0, time.FixedZone("x", -(3*3600+30*60)))
 	yes, no := true, false
 	plain := Submitted("01JOB", "acme", schema.JobSpec{Type: "email", Queue: "default", Priority: 5, MaxAttempts: 3,
 		Payload: json.RawMessage(`{"to":"a@b.c"}`)}, at, at)
