@@ -43,7 +43,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	switch args[0] {
 	case "dev":
-		service.TuneGC() // the servers' collector setting; not the broker child's (its own process)
+		service.TuneGC() // the servers' collector setting (the broker child sets its own)
 		if err := devcmd.Run(ctx, args[1:], os.LookupEnv, stdout); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
 				return 0
@@ -53,6 +53,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		return 0
 	case devcmd.KafkaCommand: // hidden: the broker child of `ferry dev`
+		// Its collector was ~12 % of its CPU at 1,000 jobs/s at Go's default
+		// (docs/performance.md, Round 13).
+		service.TuneGC()
 		if err := devcmd.RunKafka(ctx, args[1:], stderr); err != nil {
 			fmt.Fprintln(stderr, "ferry "+devcmd.KafkaCommand+":", err)
 			return 1
