@@ -200,3 +200,68 @@ func brokerPID(root int) int {
 	}
 	return 0
 }
+
+// hostBusyTicks is the CPU time every process of the machine spent so far
+// (user, nice, system, irq and softirq of /proc/stat's first line, in clock
+// ticks): idle, I/O wait and steal (other virtual machines) do not count.
+// 0 when /proc/stat is unreadable.
+func hostBusyTicks() int64 {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	return parseHostBusy(line)
+}
+
+// parseHostBusy reads the busy ticks of a "cpu  user nice system idle
+// iowait irq softirq steal ..." line; 0 when it is not one.
+func parseHostBusy(line string) int64 {
+	f := strings.Fields(line)
+	if len(f) < 8 || f[0] != "cpu" {
+		return 0
+	}
+	var busy int64
+	for _, i := range []int{1, 2, 3, 6, 7} {
+		n, _ := strconv.ParseInt(f[i], 10, 64)
+		busy += n
+	}
+	return busy
+}
+
+// selfTicks is the CPU time of this process, the load generator.
+func selfTicks() int64 {
+	st, _ := readProcStat(os.Getpid())
+	return st.ticks
+}
+
+// disturbingLoad is the share of one core that processes outside the stack
+// and the load generator may take during a workload before its figures are
+// flagged: more is someone else's build, test or forgotten stack, and the
+// run should be repeated on a quiet machine before it is compared.
+const disturbingLoad = 15.0
+
+// otherLoad is the CPU that processes other than the stack (a and b's CPU)
+// and the load generator spent between a and b, in % of one core.
+func otherLoad(a, b Counters) float64 {
+	secs := b.At.Sub(a.At).Seconds()
+	if secs <= 0 || a.HostBusy == 0 || b.HostBusy == 0 {
+		return 0
+	}
+	var stack int64
+	for k, v := range b.CPU {
+		stack += max(v-a.CPU[k], 0)
+	}
+	other := (b.HostBusy - a.HostBusy) - stack - (b.Bench - a.Bench)
+	return round(max(float64(other), 0)*100/clockTicks/secs, 1)
+}
+
+// otherLoadNote says how much other load ran beside the workload, flagged
+// when it may have disturbed the figures.
+func otherLoadNote(pct float64) string {
+	s := fmt.Sprintf("other processes on the machine %.1f %% of a core", pct)
+	if pct > disturbingLoad {
+		s += fmt.Sprintf(" (DISTURBED: over %.0f %%; rerun on a quiet machine before comparing)", disturbingLoad)
+	}
+	return s
+}

@@ -104,6 +104,37 @@ func TestImplausibleCPU(t *testing.T) {
 	}
 }
 
+// TestOtherLoad: what the machine spent beyond the stack and the load
+// generator, in % of a core, flagged past disturbingLoad; /proc/stat's
+// idle, I/O wait and steal columns are not busy time.
+func TestOtherLoad(t *testing.T) {
+	if got := parseHostBusy("cpu  100 5 20 9000 70 3 2 400 0 0"); got != 130 {
+		t.Fatalf("parseHostBusy = %d, want 130 (user, nice, system, irq, softirq)", got)
+	}
+	if got := parseHostBusy("cpu0 100 5 20 9000 70 3 2 400 0 0"); got != 0 {
+		t.Fatalf("parseHostBusy of a per-core line = %d, want 0", got)
+	}
+	if hostBusyTicks() <= 0 || selfTicks() < 0 {
+		t.Fatal("this machine's /proc/stat and /proc/self/stat should read")
+	}
+	at := time.Now()
+	a := Counters{At: at, CPU: CPUTicks{"ferry": 1000, "redis": 100}, HostBusy: 50_000, Bench: 300}
+	// 10 s: the stack spent 1,000 ticks, the load generator 200 and the
+	// machine 1,400, so others spent 200 ticks: 20 % of a core.
+	b := Counters{At: at.Add(10 * time.Second), CPU: CPUTicks{"ferry": 1800, "redis": 300}, HostBusy: 51_400, Bench: 500}
+	got := otherLoad(a, b)
+	if got != 20 {
+		t.Fatalf("otherLoad = %v, want 20", got)
+	}
+	if note := otherLoadNote(got); !strings.Contains(note, "DISTURBED") {
+		t.Fatalf("note %q does not flag 20 %% of a core", note)
+	}
+	b.HostBusy = 51_250 // others 50 ticks: 5 %
+	if got := otherLoad(a, b); got != 5 || strings.Contains(otherLoadNote(got), "DISTURBED") {
+		t.Fatalf("otherLoad = %v (%s), want 5 and no flag", got, otherLoadNote(got))
+	}
+}
+
 func TestBrokerPIDFindsTheBrokerChild(t *testing.T) {
 	if got := brokerPID(os.Getpid()); got != 0 {
 		t.Fatalf("brokerPID of the test process = %d before it has a broker child", got)

@@ -344,10 +344,13 @@ type Counters struct {
 	RedisS redisState
 	Tables map[string]tableStats
 	CPU    CPUTicks // CPU time per component of the stack
+	// HostBusy and Bench are the CPU time of the whole machine and of the
+	// load generator (this process), for otherLoad.
+	HostBusy, Bench int64
 }
 
 func (p *Probe) counters(ctx context.Context) Counters {
-	c := Counters{At: time.Now(), CPU: cpuTree(p.pid)}
+	c := Counters{At: time.Now(), CPU: cpuTree(p.pid), HostBusy: hostBusyTicks(), Bench: selfTicks()}
 	c.Kafka, _ = p.endOffsets(ctx)
 	c.PG, _ = p.pgStats(ctx)
 	c.Redis, _ = p.redisCalls(ctx)
@@ -494,13 +497,16 @@ func (p *Probe) perJob(a, b Counters, n int) (string, map[string]any) {
 		s += fmt.Sprintf(" (IMPLAUSIBLE: %s above what %d cores give in the run, a /proc accounting artifact: rerun before comparing)",
 			strings.Join(bad, ", "), runtime.NumCPU())
 	}
+	other := otherLoad(a, b)
+	s += "; " + otherLoadNote(other)
 	if r := redisLine(a.RedisS, b.RedisS, n); r != "" {
 		s += "; " + r
 	}
 	detail := map[string]any{"redis_used_memory": b.RedisS.UsedMemory, "redis_memory_per_job": float64(b.RedisS.UsedMemory-a.RedisS.UsedMemory) / f,
 		"redis_aof_rewrites": b.RedisS.AOFRewrites - a.RedisS.AOFRewrites, "kafka_records": recs, "table_row_writes": tables, "table_rows_fetched": fetched, "table_seq_rows_read": seq,
 		"jobs_updates": jobs.Updates, "jobs_hot_updates": jobs.HOTUpdates, "redis_calls": redisDelta, "postgres": pg, "jobs": n,
-		"seconds": b.At.Sub(a.At).Seconds(), "cpu_us_per_job": cpu, "cpu_implausible": bad}
+		"seconds": b.At.Sub(a.At).Seconds(), "cpu_us_per_job": cpu, "cpu_implausible": bad,
+		"other_cpu_pct": other}
 	return s, detail
 }
 
