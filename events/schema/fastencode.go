@@ -144,7 +144,7 @@ func (e *encoder) started(b []byte, v *Started) []byte {
 func (e *encoder) progress(b []byte, v *Progress) []byte {
 	b = appendAttemptOf(b, &v.JobRef, v.WorkerID, v.DispatchID)
 	b = e.float(append(b, `,"percent":`...), v.Percent)
-	b = appendOptString(b, `,"message":`, v.Message)
+	b = jsonw.OptString(b, `,"message":`, v.Message)
 	b = e.time(append(b, `,"at":`...), v.At)
 	b = appendOptDuration(b, `,"lease":`, v.Lease)
 	return append(b, '}')
@@ -186,16 +186,16 @@ func (e *encoder) enqueued(b []byte, v *Enqueued) []byte {
 	b = e.time(append(b, `,"created_at":`...), v.CreatedAt)
 	b = e.time(append(b, `,"run_at":`...), v.RunAt)
 	b = jsonw.String(append(b, `,"reason":`...), v.Reason)
-	b = appendOptString(b, `,"actor":`, v.Actor)
-	b = appendOptString(b, `,"idempotency_key":`, v.IdempotencyKey)
-	b = appendOptString(b, `,"request_hash":`, v.RequestHash)
+	b = jsonw.OptString(b, `,"actor":`, v.Actor)
+	b = jsonw.OptString(b, `,"idempotency_key":`, v.IdempotencyKey)
+	b = jsonw.OptString(b, `,"request_hash":`, v.RequestHash)
 	if u := v.Unique; u != nil {
 		b = jsonw.String(append(b, `,"unique":{"key":`...), u.Key)
 		b = jsonw.String(append(b, `,"while":`...), u.While)
 		b = append(e.time(append(b, `,"until":`...), u.Until), '}')
 	}
-	b = appendOptString(b, `,"redriven_from":`, v.RedrivenFrom)
-	b = appendOptString(b, `,"schedule_id":`, v.ScheduleID)
+	b = jsonw.OptString(b, `,"redriven_from":`, v.RedrivenFrom)
+	b = jsonw.OptString(b, `,"schedule_id":`, v.ScheduleID)
 	if len(v.History) > 0 {
 		b = append(b, `,"history":[`...)
 		for i := range v.History {
@@ -211,9 +211,9 @@ func (e *encoder) enqueued(b []byte, v *Enqueued) []byte {
 
 func (e *encoder) attempt(b []byte, v *Attempt) []byte {
 	b = strconv.AppendInt(append(b, `{"attempt":`...), int64(v.Attempt), 10)
-	b = appendOptString(b, `,"class":`, string(v.Class))
-	b = appendOptString(b, `,"error":`, v.Error)
-	b = appendOptString(b, `,"worker_id":`, v.WorkerID)
+	b = jsonw.OptString(b, `,"class":`, string(v.Class))
+	b = jsonw.OptString(b, `,"error":`, v.Error)
+	b = jsonw.OptString(b, `,"worker_id":`, v.WorkerID)
 	b = e.optTime(b, `,"started_at":`, v.StartedAt)
 	b = e.optTime(b, `,"finished_at":`, v.FinishedAt)
 	return append(b, '}')
@@ -263,15 +263,6 @@ func (e *encoder) backoff(b []byte, v *Backoff) []byte {
 	}
 	b[start] = '{'
 	return append(b, '}')
-}
-
-// appendOptString writes the member key (`,"name":`) with s, unless s is
-// empty: omitempty.
-func appendOptString(b []byte, key, s string) []byte {
-	if s == "" {
-		return b
-	}
-	return jsonw.String(append(b, key...), s)
 }
 
 // appendOptDuration writes the member key with d as Duration.MarshalJSON

@@ -66,11 +66,7 @@ type jobWriter struct {
 
 func (w *jobWriter) str(key, s string) { w.b = jsonw.String(append(w.b, key...), s) }
 
-func (w *jobWriter) optStr(key, s string) {
-	if s != "" {
-		w.str(key, s)
-	}
-}
+func (w *jobWriter) optStr(key, s string) { w.b = jsonw.OptString(w.b, key, s) }
 
 func (w *jobWriter) int(key string, n int) {
 	w.b = strconv.AppendInt(append(w.b, key...), int64(n), 10)

@@ -63,6 +63,15 @@ func String(b []byte, s string) []byte {
 	return append(append(b, s[start:]...), '"')
 }
 
+// OptString appends the member key (its name, colon and any leading comma,
+// as written) with s as a string, unless s is empty: an omitempty string.
+func OptString(b []byte, key, s string) []byte {
+	if s == "" {
+		return b
+	}
+	return String(append(b, key...), s)
+}
+
 // appendEscapedByte writes the escape of an ASCII byte htmlSafe refuses.
 func appendEscapedByte(b []byte, c byte) []byte {
 	switch c {
