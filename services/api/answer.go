@@ -8,7 +8,8 @@ import (
 	"github.com/ferryhq/ferry/platform/httpx"
 )
 
-// The answers of submissions, encoded by hand (jobs.Job.AppendJSON) into
+// The answers that are a job (submissions, GET, a schedule's trigger) or
+// a batch of them, encoded by hand (jobs.Job.AppendJSON) into
 // pooled buffers: at a thousand single POSTs a second encoding/json was a
 // sixth of the api's CPU per request (docs/performance.md, Round 13). The
 // bytes are what httpx.WriteJSON writes for the same values; what the hand

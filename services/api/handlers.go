@@ -267,7 +267,8 @@ func (s *Service) handleGet(w http.ResponseWriter, r *http.Request) {
 	case !ok:
 		httpx.WriteError(w, r, httpx.ErrNotFound)
 	default:
-		httpx.WriteJSON(w, http.StatusOK, s.withWaiting(j))
+		j = s.withWaiting(j)
+		writeJob(w, http.StatusOK, &j)
 	}
 }
 

@@ -474,5 +474,5 @@ func (s *Service) handleTriggerSchedule(w http.ResponseWriter, r *http.Request) 
 		httpx.WriteError(w, r, s.scheduleStoreError(err))
 		return
 	}
-	httpx.WriteJSON(w, http.StatusAccepted, job)
+	writeJob(w, http.StatusAccepted, &job)
 }
