@@ -56,6 +56,10 @@ func (s *Service) syncSettings(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	gen, err := s.store.PauseGeneration(ctx) // before the snapshot: see SetPaused
+	if err != nil {
+		return err
+	}
 	paused, err := readPaused(ctx, s.deps.Postgres)
 	if err != nil {
 		return err
@@ -66,7 +70,11 @@ func (s *Service) syncSettings(ctx context.Context) error {
 	if err := s.store.SetFlowControl(ctx, s.cfg.Now(), flow); err != nil {
 		return err
 	}
-	return s.store.SetPaused(ctx, paused)
+	if applied, err := s.store.SetPaused(ctx, gen, paused); err != nil || applied {
+		return err
+	}
+	s.log.Debug("a queue was paused or resumed during the settings sync; pauses are copied next round")
+	return nil
 }
 
 // readTenantSettings asks platform/auth for every tenant's dispatch

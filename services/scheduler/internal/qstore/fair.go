@@ -29,6 +29,7 @@ package qstore
 //	P tenant:<tenant>:running     SET    the tenant's jobs in flight (every pool), for max_running
 //	P tenant:<tenant>:cfg         HASH   w (weight), max (max_running; 0 = none), pushed by the scheduler
 //	P tenant:<tenant>:paused      SET    the tenant's paused queues
+//	P pauses:gen                  STRING bumped by every pause and resume (SetPaused)
 //	P est                         HASH   "<tenant>|<type>" → EWMA of measured run time (ms)
 //
 // Job hashes gain: type (job type), est and cw (the estimate charged at
@@ -56,9 +57,17 @@ var (
 -- resume: ARGV[1] prefix, ARGV[2] tenant, ARGV[3] queue, ARGV[4..] pools.
 local t, q = ARGV[2], ARGV[3]
 redis.call('SREM', FP .. 'tenant:' .. t .. ':paused', q)
+redis.call('INCR', FP .. 'pauses:gen')
 for a = 4, #ARGV do
   if redis.call('ZCARD', fair_tq(ARGV[a], q, t)) > 0 then fair_activate(ARGV[a], t) end
 end
+return 1`)
+	// setPausedScript: ARGV[1] prefix, ARGV[2] the pause generation the
+	// caller read before its snapshot, then tenant, queue pairs.
+	setPausedScript = redis.NewScript(`
+local P = ARGV[1]
+if (redis.call('GET', P .. 'pauses:gen') or '0') ~= ARGV[2] then return 0 end
+for i = 3, #ARGV, 2 do redis.call('SADD', P .. 'tenant:' .. ARGV[i] .. ':paused', ARGV[i+1]) end
 return 1`)
 )
 
@@ -90,31 +99,51 @@ func (s *Store) SetTenants(ctx context.Context, ts map[string]TenantSettings) er
 
 // Pause stops dispatching tenant's jobs of queue (they keep being accepted).
 func (s *Store) Pause(ctx context.Context, tenant, queue string) error {
-	if err := s.rdb.SAdd(ctx, s.opts.Prefix+"tenant:"+tenant+":paused", queue).Err(); err != nil {
+	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.SAdd(ctx, s.opts.Prefix+"tenant:"+tenant+":paused", queue)
+		p.Incr(ctx, s.opts.Prefix+"pauses:gen")
+		return nil
+	})
+	if err != nil {
 		return fmt.Errorf("qstore: pause: %w", err)
 	}
 	return nil
 }
 
-// SetPaused makes sure every queue of paused is paused (it resumes none).
-func (s *Store) SetPaused(ctx context.Context, paused map[string][]string) error {
-	if len(paused) == 0 {
-		return nil
+// PauseGeneration is a counter every Pause and Resume bumps. A copier of
+// pauses from their source of truth reads it before its snapshot and hands
+// it to SetPaused.
+func (s *Store) PauseGeneration(ctx context.Context) (string, error) {
+	g, err := s.rdb.Get(ctx, s.opts.Prefix+"pauses:gen").Result()
+	if errors.Is(err, redis.Nil) {
+		return "0", nil
 	}
-	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for t, qs := range paused {
-			args := make([]any, len(qs))
-			for i, q := range qs {
-				args[i] = q
-			}
-			p.SAdd(ctx, s.opts.Prefix+"tenant:"+t+":paused", args...)
-		}
-		return nil
-	})
 	if err != nil {
-		return fmt.Errorf("qstore: set paused: %w", err)
+		return "", fmt.Errorf("qstore: pause generation: %w", err)
 	}
-	return nil
+	return g, nil
+}
+
+// SetPaused makes sure every queue of paused is paused (it resumes none),
+// unless a Pause or Resume ran since gen was read: then paused may hold a
+// queue resumed after the snapshot was taken, and copying it would pause
+// that queue again for good. It reports whether it applied; a skipped copy
+// is simply taken again next round.
+func (s *Store) SetPaused(ctx context.Context, gen string, paused map[string][]string) (bool, error) {
+	if len(paused) == 0 {
+		return true, nil
+	}
+	args := []any{s.opts.Prefix, gen}
+	for t, qs := range paused {
+		for _, q := range qs {
+			args = append(args, t, q)
+		}
+	}
+	n, err := setPausedScript.Run(ctx, s.rdb, nil, args...).Int()
+	if err != nil {
+		return false, fmt.Errorf("qstore: set paused: %w", err)
+	}
+	return n == 1, nil
 }
 
 // Resume dispatches tenant's jobs of queue again; the tenant's waiting jobs

@@ -255,3 +255,45 @@ func TestPauseResume(t *testing.T) {
 		t.Fatalf("after resume dispatched %v", got)
 	}
 }
+
+// TestSetPausedDoesNotUndoAResume: the settings sync reads the generation,
+// then its snapshot of pauses; a resume between that snapshot and its copy
+// into Redis makes the copy a no-op, where it used to pause the queue again
+// for good (TestFairShare's resume answered paused:true once in CI). A copy
+// with a current generation still restores lost pauses.
+func TestSetPausedDoesNotUndoAResume(t *testing.T) {
+	b := setup(t)
+	pools := []string{schema.PoolShort, schema.PoolLong}
+	if err := b.store.Pause(b.ctx, "a", "default"); err != nil {
+		t.Fatal(err)
+	}
+	gen, err := b.store.PauseGeneration(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	snapshot := map[string][]string{"a": {"default"}} // read before the resume
+	if err := b.store.Resume(b.ctx, "a", "default", pools); err != nil {
+		t.Fatal(err)
+	}
+	if applied, err := b.store.SetPaused(b.ctx, gen, snapshot); err != nil || applied {
+		t.Fatalf("stale copy: applied %v, err %v", applied, err)
+	}
+	b.worker(t0, "w1", 100)
+	b.enqueue(t0, enqT("a-1", "a", "default", 5))
+	if got := ids(b.dispatch(t0, 0).Dispatched); !slices.Equal(got, []string{"a-1"}) {
+		t.Fatalf("after resume and a stale copy dispatched %v", got)
+	}
+
+	// A current copy applies: a Redis that lost its pauses gets them back.
+	gen, err = b.store.PauseGeneration(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if applied, err := b.store.SetPaused(b.ctx, gen, map[string][]string{"a": {"default"}}); err != nil || !applied {
+		t.Fatalf("current copy: applied %v, err %v", applied, err)
+	}
+	qs, err := b.store.Queues(b.ctx, "a", pools)
+	if err != nil || len(qs) != 1 || !qs[0].Paused {
+		t.Fatalf("queues of a after a current copy: %+v, %v", qs, err)
+	}
+}
