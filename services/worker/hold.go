@@ -1,7 +1,6 @@
 package worker
 
 import (
-	"container/heap"
 	"sync"
 	"time"
 
@@ -21,7 +20,7 @@ import (
 type hold struct {
 	max  int
 	mu   sync.Mutex
-	held heldHeap
+	held dueHeap
 	// wake (capacity 1) tells run that the earliest due time changed.
 	wake chan struct{}
 	// due hands each dispatch to a runner once due, earliest first.
@@ -47,8 +46,9 @@ func (h *hold) add(q queued, d schema.Dispatch) bool {
 	if len(h.held) >= h.max {
 		return false
 	}
-	heap.Push(&h.held, heldDispatch{q: q, d: d})
-	if h.held[0].q.rec == q.rec {
+	hd := &heldDispatch{q: q, d: d}
+	h.held.push(dueEntry{due: d.NotBefore.UnixNano(), hd: hd})
+	if h.held[0].hd == hd {
 		select {
 		case h.wake <- struct{}{}:
 		default:
@@ -76,7 +76,7 @@ func (h *hold) run(stop <-chan struct{}) {
 			case h.due <- next:
 			case <-stop:
 				h.mu.Lock()
-				heap.Push(&h.held, next)
+				h.held.push(dueEntry{due: next.d.NotBefore.UnixNano(), hd: &next})
 				h.mu.Unlock()
 				return
 			}
@@ -103,10 +103,10 @@ func (h *hold) next() (next heldDispatch, wait time.Duration, ok bool) {
 	if len(h.held) == 0 {
 		return heldDispatch{}, 0, false
 	}
-	if wait = time.Until(*h.held[0].d.NotBefore); wait > 0 {
+	if wait = time.Until(*h.held[0].hd.d.NotBefore); wait > 0 {
 		return heldDispatch{}, wait, true
 	}
-	return heap.Pop(&h.held).(heldDispatch), 0, true
+	return *h.held.pop().hd, 0, true
 }
 
 // drain empties the hold, once run has returned: the dispatches never
@@ -114,22 +114,61 @@ func (h *hold) next() (next heldDispatch, wait time.Duration, ok bool) {
 func (h *hold) drain() []heldDispatch {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	out := []heldDispatch(h.held)
+	out := make([]heldDispatch, len(h.held))
+	for i, e := range h.held {
+		out[i] = *e.hd
+	}
 	h.held = nil
 	return out
 }
 
-// heldHeap orders held dispatches by due time (container/heap).
-type heldHeap []heldDispatch
+// dueHeap orders held dispatches by due time, a binary min-heap. Its
+// entries are small, the due time inline and the dispatch behind a
+// pointer, and it is typed (container/heap boxes each pushed and popped
+// value): a burst leased ahead holds thousands, and each push and pop
+// moves log2(n) entries. With heldDispatch values (~300 bytes) under
+// container/heap it took 4 µs per dispatch at 10,000 held
+// (BenchmarkHoldBurst).
+type dueHeap []dueEntry
 
-func (x heldHeap) Len() int           { return len(x) }
-func (x heldHeap) Less(i, j int) bool { return x[i].d.NotBefore.Before(*x[j].d.NotBefore) }
-func (x heldHeap) Swap(i, j int)      { x[i], x[j] = x[j], x[i] }
-func (x *heldHeap) Push(v any)        { *x = append(*x, v.(heldDispatch)) }
-func (x *heldHeap) Pop() any {
-	old := *x
-	v := old[len(old)-1]
-	old[len(old)-1] = heldDispatch{}
-	*x = old[:len(old)-1]
-	return v
+type dueEntry struct {
+	due int64 // d.NotBefore in Unix nanoseconds
+	hd  *heldDispatch
+}
+
+func (x *dueHeap) push(e dueEntry) {
+	*x = append(*x, e)
+	h := *x
+	for i := len(h) - 1; i > 0; {
+		parent := (i - 1) / 2
+		if h[parent].due <= h[i].due {
+			break
+		}
+		h[parent], h[i] = h[i], h[parent]
+		i = parent
+	}
+}
+
+// pop removes and returns the earliest entry; x must not be empty.
+func (x *dueHeap) pop() dueEntry {
+	h := *x
+	top, n := h[0], len(h)-1
+	h[0], h[n] = h[n], dueEntry{}
+	h = h[:n]
+	for i := 0; ; {
+		least, l, r := i, 2*i+1, 2*i+2
+		if l < n && h[l].due < h[least].due {
+			least = l
+		}
+		if r < n && h[r].due < h[least].due {
+			least = r
+		}
+		if least == i {
+			break
+		}
+		h[i], h[least] = h[least], h[i]
+		i = least
+	}
+	*x = h
+	return top
 }
