@@ -231,7 +231,7 @@ func checkGolden(t *testing.T, names map[string]bool) {
 }
 
 // ferryMetric says which scraped names the golden keeps: Ferry's own, the
-// HTTP server metrics of otelhttp and the few runtime metrics dashboards
+// HTTP server metrics (platform/httpx) and the few runtime metrics dashboards
 // use; not the per-scope OTel bookkeeping nor every Go collector series.
 func ferryMetric(n string) bool {
 	switch n {

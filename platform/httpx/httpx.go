@@ -17,7 +17,6 @@ import (
 
 	"github.com/go-chi/chi/v5"
 	"github.com/go-chi/chi/v5/middleware"
-	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 
 	"github.com/ferryhq/ferry/events/schema"
 )
@@ -125,14 +124,10 @@ type Check struct {
 }
 
 // NewRouter returns a chi router with request ids, panic recovery, tracing
-// (otelhttp) and /healthz, /readyz (every check must pass) and /metrics.
-func NewRouter(service string, checks []Check, metrics http.Handler) chi.Router {
+// and metrics (instrument.go) and /healthz, /readyz (every check must pass) and /metrics.
+func NewRouter(checks []Check, metrics http.Handler) chi.Router {
 	r := chi.NewRouter()
-	r.Use(middleware.RequestID, echoRequestID, middleware.Recoverer, storableURL, func(next http.Handler) http.Handler {
-		return otelhttp.NewHandler(next, service, otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string {
-			return r.Method + " " + r.URL.Path
-		}))
-	})
+	r.Use(middleware.RequestID, echoRequestID, middleware.Recoverer, storableURL, instrument())
 	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})

@@ -11,7 +11,7 @@ import (
 // parameter answers 400 invalid_parameter before any handler runs; clean
 // requests, including non-ASCII UTF-8, reach the handler.
 func TestUnstorableURLRefused(t *testing.T) {
-	r := NewRouter("test", nil, nil)
+	r := NewRouter(nil, nil)
 	reached := 0
 	r.Get("/v1/jobs", func(w http.ResponseWriter, _ *http.Request) { reached++ })
 	r.Get("/v1/jobs/{id}", func(w http.ResponseWriter, _ *http.Request) { reached++ })

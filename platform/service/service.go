@@ -239,7 +239,7 @@ func run(ctx context.Context, name string, needs Needs, build Builder) error {
 	if err := l.Err(); err != nil {
 		return fmt.Errorf("configuration: %w", err)
 	}
-	router := httpx.NewRouter(name, deps.Checks(), tel.Metrics)
+	router := httpx.NewRouter(deps.Checks(), tel.Metrics)
 	comp.Routes(router)
 	return Serve(ctx, common, router, comp)
 }

@@ -76,7 +76,7 @@ func Tenant(t testing.TB, pool *pgxpool.Pool, id string) (key string) {
 // Router returns comp's routes behind the router every service uses
 // (httpx.NewRouter with the readiness checks of deps, no /metrics).
 func Router(deps *service.Deps, name string, comp service.Component) http.Handler {
-	r := httpx.NewRouter(name, deps.Checks(), nil)
+	r := httpx.NewRouter(deps.Checks(), nil)
 	comp.Routes(r)
 	return r
 }

@@ -87,7 +87,7 @@ func Start(ctx context.Context, common config.Common, l *config.Loader, tel *tel
 		deps.Projections = projection.NewShared(deps.Postgres, projection.SharedConfig{
 			Kafka: deps.KafkaConfig("projections"), Logger: deps.Log("projections")})
 	}
-	router := httpx.NewRouter("ferry", deps.Checks(), tel.Metrics)
+	router := httpx.NewRouter(deps.Checks(), tel.Metrics)
 	comps, err := build(ctx, deps, l, router, &producers)
 	if err == nil {
 		err = l.Err()
