@@ -487,7 +487,7 @@ func (s *Service) unreportedLocked(d schema.Dispatch) schema.Lifecycle {
 // dispatch id: the scheduler applies a completion or failure only for the
 // dispatch it has in flight.
 func (s *Service) reReport(rec *kgo.Record, r *run, out schema.Lifecycle, log *slog.Logger) {
-	traceCtx, span := s.tracer.WithProcessSpan(rec)
+	traceCtx, span := kafkax.ProcessSpan(s.tracer, rec)
 	defer span.End()
 	log.Info("re-reporting an outcome whose record was never acknowledged", "event", out.EventType())
 	switch o := out.(type) {
@@ -529,7 +529,7 @@ func (s *Service) start(hardCtx context.Context, q queued, d schema.Dispatch) {
 	if r == nil {
 		return
 	}
-	traceCtx, span := s.tracer.WithProcessSpan(q.rec)
+	traceCtx, span := kafkax.ProcessSpan(s.tracer, q.rec)
 	defer span.End()
 	traceCtx = context.WithoutCancel(traceCtx)
 
