@@ -1,0 +1,175 @@
+package qstore
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ferryhq/ferry/events/schema"
+	"github.com/ferryhq/ferry/platform/redisx"
+	"github.com/ferryhq/ferry/platform/testenv"
+)
+
+// BenchmarkLifecycleByBatch runs a plain job's life in the scheduler's
+// scripts (enqueue, one dispatch step, started and completed) in batches
+// of 1, 4, 32 and 256 jobs, and reports what Redis spent per job: the
+// script time Redis measured itself (INFO commandstats, usec of EVALSHA),
+// the script calls and the commands they ran. At 1,000 jobs/s the
+// scheduler's batches hold a few jobs, at full load hundreds:
+// docs/performance.md (Round 14) explains Redis's cost per job at 1k/s
+// with these figures. Needs FERRY_TEST_REDIS_URL (or starts a Redis).
+//
+//	go test -run '^$' -bench LifecycleByBatch ./internal/qstore
+func BenchmarkLifecycleByBatch(b *testing.B) {
+	for _, size := range []int{1, 4, 32, 256} {
+		b.Run("batch="+strconv.Itoa(size), func(b *testing.B) {
+			ctx := context.Background()
+			rdb, err := redisx.Open(ctx, testenv.Redis(b))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer rdb.Close()
+			s := New(rdb, Options{Lease: 10 * time.Second, Prefix: fmt.Sprintf("bench%d:%d:", size, time.Now().UnixNano())})
+			if err := s.Load(ctx); err != nil {
+				b.Fatal(err)
+			}
+			if err := s.SetEpoch(ctx, "bench"); err != nil {
+				b.Fatal(err)
+			}
+			now := time.Now()
+			var w Batch
+			w.Worker(schema.WorkerStatus{WorkerID: "w1", Pool: schema.PoolShort, Slots: 1000, At: now}, now.Add(time.Hour))
+			if _, err := s.Apply(ctx, now, &w); err != nil {
+				b.Fatal(err)
+			}
+			before := scriptStats(b, rdb)
+			jobs := 0
+			for i := 0; b.Loop(); i++ {
+				lifecycle(b, s, now, i, size)
+				jobs += size
+			}
+			after := scriptStats(b, rdb)
+			per := func(k string) float64 { return (after[k] - before[k]) / float64(jobs) }
+			b.ReportMetric(per("evalsha_usec"), "redis-µs/job")
+			b.ReportMetric(per("evalsha_calls"), "scripts/job")
+			b.ReportMetric(per("nested_calls"), "commands/job")
+		})
+	}
+}
+
+// lifecycle enqueues size jobs, dispatches them in one step and reports
+// each started and completed, as the scheduler's consumer would.
+func lifecycle(b *testing.B, s *Store, now time.Time, round, size int) {
+	ctx := context.Background()
+	var enqueue Batch
+	for j := range size {
+		e := schema.Enqueued{
+			JobRef:    schema.JobRef{JobID: fmt.Sprintf("j%d-%d", round, j), TenantID: "t1", Attempt: 1},
+			Job:       schema.JobSpec{Type: "noop", Queue: "default", Priority: 5, MaxAttempts: 3, Pool: schema.PoolShort},
+			CreatedAt: now, Reason: schema.ReasonSubmitted,
+		}
+		if err := enqueue.Enqueue(e, now); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if _, err := s.Apply(ctx, now, &enqueue); err != nil {
+		b.Fatal(err)
+	}
+	res, err := s.Dispatch(ctx, DispatchParams{Pool: schema.PoolShort, Now: now, MaxBatch: 512, DispatchIDPrefix: fmt.Sprintf("d%d", round)})
+	if err != nil || len(res.Dispatched) != size {
+		b.Fatalf("dispatched %d of %d: %v", len(res.Dispatched), size, err)
+	}
+	var done Batch
+	for _, d := range res.Dispatched {
+		done.Extend(d.JobID, d.DispatchID)
+		done.Usage(d.JobID, d.DispatchID, now, now.Add(5*time.Millisecond))
+		done.Complete(d.JobID, d.TenantID, d.DispatchID)
+	}
+	if _, err := s.Apply(ctx, now, &done); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// scriptStats reads INFO commandstats: EVALSHA's calls and usec, and the
+// calls of every other command but INFO (those the scripts ran, and the
+// few the Go side sends directly).
+func scriptStats(b testing.TB, rdb *redis.Client) map[string]float64 {
+	info, err := rdb.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, line := range strings.Split(info, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || !strings.HasPrefix(name, "cmdstat_") || name == "cmdstat_info" {
+			continue
+		}
+		var calls, usec float64
+		for _, kv := range strings.Split(rest, ",") {
+			if v, ok := strings.CutPrefix(kv, "calls="); ok {
+				calls, _ = strconv.ParseFloat(v, 64)
+			}
+			if v, ok := strings.CutPrefix(kv, "usec="); ok {
+				usec, _ = strconv.ParseFloat(v, 64)
+			}
+		}
+		if name == "cmdstat_evalsha" {
+			out["evalsha_calls"], out["evalsha_usec"] = calls, usec
+		} else {
+			out["nested_calls"] += calls
+		}
+	}
+	return out
+}
+
+// BenchmarkScriptFixedCost is what a script call costs Redis before it
+// does any work: an empty script, the shared helpers (prelude) alone, an
+// apply call with no operation and a dispatch step with nothing to do.
+// EVALSHA runs a script's whole chunk on every call, so every local
+// function of the helpers is defined again each time: at small batches
+// (BenchmarkLifecycleByBatch) this is most of Redis's cost per job.
+func BenchmarkScriptFixedCost(b *testing.B) {
+	ctx := context.Background()
+	rdb, err := redisx.Open(ctx, testenv.Redis(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer rdb.Close()
+	s := New(rdb, Options{Lease: 10 * time.Second, Prefix: fmt.Sprintf("fixed%d:", time.Now().UnixNano())})
+	if err := s.Load(ctx); err != nil {
+		b.Fatal(err)
+	}
+	if err := s.SetEpoch(ctx, "bench"); err != nil {
+		b.Fatal(err)
+	}
+	now := time.Now()
+	cases := []struct {
+		name   string
+		script *redis.Script
+		args   []any
+	}{
+		{"empty", redis.NewScript("return 1"), nil},
+		{"prelude", redis.NewScript(prelude + "\nreturn 1"), nil},
+		{"apply-no-op", applyScript, s.applyHead(now, true)},
+		{"dispatch-idle", dispatchScript, s.dispatchArgs(DispatchParams{Pool: schema.PoolShort, Now: now, MaxBatch: 512, DispatchIDPrefix: "x"})},
+	}
+	for _, c := range cases {
+		b.Run(c.name, func(b *testing.B) {
+			before := scriptStats(b, rdb)
+			calls := 0
+			for b.Loop() {
+				if err := c.script.Run(ctx, rdb, nil, c.args...).Err(); err != nil {
+					b.Fatal(err)
+				}
+				calls++
+			}
+			after := scriptStats(b, rdb)
+			b.ReportMetric((after["evalsha_usec"]-before["evalsha_usec"])/float64(calls), "redis-µs/call")
+		})
+	}
+}
