@@ -131,8 +131,9 @@ func scriptStats(b testing.TB, rdb *redis.Client) map[string]float64 {
 // does any work: an empty script, the shared helpers (prelude) alone, an
 // apply call with no operation and a dispatch step with nothing to do.
 // EVALSHA runs a script's whole chunk on every call, so every local
-// function of the helpers is defined again each time: at small batches
-// (BenchmarkLifecycleByBatch) this is most of Redis's cost per job.
+// function of the helpers is defined again each time: about half of the
+// fixed cost, which at batches of one job (BenchmarkLifecycleByBatch) is
+// about half of Redis's cost per job.
 func BenchmarkScriptFixedCost(b *testing.B) {
 	ctx := context.Background()
 	rdb, err := redisx.Open(ctx, testenv.Redis(b))
