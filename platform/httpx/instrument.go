@@ -43,12 +43,16 @@ func instrument() func(http.Handler) http.Handler {
 			if span.IsRecording() {
 				span.SetAttributes(requestAttrs(r)...)
 			}
+			// The counting body goes on the handler's copy of the request
+			// only: net/http looks at the type of its own request's body
+			// when it answers (to drain or close after an unread body).
+			inner := r.WithContext(ctx)
 			body := &countingBody{ReadCloser: r.Body}
 			if r.Body != nil && r.Body != http.NoBody {
-				r.Body = body
+				inner.Body = body
 			}
 			rw := &statusWriter{ResponseWriter: w}
-			next.ServeHTTP(rw, r.WithContext(ctx))
+			next.ServeHTTP(rw, inner)
 
 			status := rw.statusOrOK()
 			route := routePattern(r)

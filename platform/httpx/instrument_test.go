@@ -171,3 +171,41 @@ func attrOf(kvs []attribute.KeyValue, key string) string {
 	}
 	return ""
 }
+
+// TestInstrumentKeepsUnreadBodiesSafe: a handler that answers without
+// reading a large body leaves net/http to deal with it as without the
+// middleware: the next request on the same connection is answered
+// correctly, not parsed out of the leftover body.
+func TestInstrumentKeepsUnreadBodiesSafe(t *testing.T) {
+	r := NewRouter(nil, nil)
+	r.Post("/v1/big", func(w http.ResponseWriter, r *http.Request) {
+		WriteError(w, r, Errorf(http.StatusRequestEntityTooLarge, "payload_too_large", "no"))
+	})
+	r.Get("/v1/small", func(w http.ResponseWriter, r *http.Request) {
+		WriteJSON(w, http.StatusOK, map[string]string{"ok": "yes"})
+	})
+	srv := httptest.NewServer(r)
+	defer srv.Close()
+	cl := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxConnsPerHost: 1}}
+	big := strings.Repeat("GET /v1/small HTTP/1.1\r\nHost: x\r\n\r\n", 40000) // ~1.4 MB of would-be requests
+	for range 3 {
+		resp, err := cl.Post(srv.URL+"/v1/big", "application/json", strings.NewReader(big))
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusRequestEntityTooLarge {
+			t.Fatalf("big POST: %d", resp.StatusCode)
+		}
+		resp, err = cl.Get(srv.URL + "/v1/small")
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || !strings.Contains(string(got), `"ok":"yes"`) {
+			t.Fatalf("the request after an unread body: %d %s", resp.StatusCode, got)
+		}
+	}
+}
