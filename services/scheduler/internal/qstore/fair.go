@@ -114,14 +114,7 @@ func (s *Store) Pause(ctx context.Context, tenant, queue string) error {
 // pauses from their source of truth reads it before its snapshot and hands
 // it to SetPaused.
 func (s *Store) PauseGeneration(ctx context.Context) (string, error) {
-	g, err := s.rdb.Get(ctx, s.opts.Prefix+"pauses:gen").Result()
-	if errors.Is(err, redis.Nil) {
-		return "0", nil
-	}
-	if err != nil {
-		return "", fmt.Errorf("qstore: pause generation: %w", err)
-	}
-	return g, nil
+	return s.getString(ctx, "pauses:gen", "0") // '0': what setPausedScript reads for a missing key
 }
 
 // SetPaused makes sure every queue of paused is paused (it resumes none),

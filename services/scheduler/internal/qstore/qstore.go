@@ -134,12 +134,18 @@ func wrapErr(what string, err error) error {
 
 // Epoch returns the epoch key's value, "" when it is missing.
 func (s *Store) Epoch(ctx context.Context) (string, error) {
-	v, err := s.rdb.Get(ctx, s.opts.Prefix+"epoch").Result()
+	return s.getString(ctx, "epoch", "")
+}
+
+// getString returns the string key name (under the prefix), or missing
+// when it does not exist.
+func (s *Store) getString(ctx context.Context, name, missing string) (string, error) {
+	v, err := s.rdb.Get(ctx, s.opts.Prefix+name).Result()
 	if errors.Is(err, redis.Nil) {
-		return "", nil
+		return missing, nil
 	}
 	if err != nil {
-		return "", fmt.Errorf("qstore: epoch: %w", err)
+		return "", fmt.Errorf("qstore: read %s: %w", name, err)
 	}
 	return v, nil
 }
