@@ -11,8 +11,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ferryhq/ferry/events/schema"
-	"github.com/ferryhq/ferry/platform/redisx"
-	"github.com/ferryhq/ferry/platform/testenv"
 )
 
 // BenchmarkLifecycleByBatch runs a plain job's life in the scheduler's
@@ -21,26 +19,15 @@ import (
 // script time Redis measured itself (INFO commandstats, usec of EVALSHA),
 // the script calls and the commands they ran. At 1,000 jobs/s the
 // scheduler's batches hold a few jobs, at full load hundreds:
-// docs/performance.md (Round 14) explains Redis's cost per job at 1k/s
-// with these figures. Needs FERRY_TEST_REDIS_URL (or starts a Redis).
+// docs/performance.md (Round 14) sets these figures beside Redis's cost
+// per job in the bench at 1k/s. Needs FERRY_TEST_REDIS_URL, as every test here.
 //
 //	go test -run '^$' -bench LifecycleByBatch ./internal/qstore
 func BenchmarkLifecycleByBatch(b *testing.B) {
 	for _, size := range []int{1, 4, 32, 256} {
 		b.Run("batch="+strconv.Itoa(size), func(b *testing.B) {
 			ctx := context.Background()
-			rdb, err := redisx.Open(ctx, testenv.Redis(b))
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer rdb.Close()
-			s := New(rdb, Options{Lease: 10 * time.Second, Prefix: fmt.Sprintf("bench%d:%d:", size, time.Now().UnixNano())})
-			if err := s.Load(ctx); err != nil {
-				b.Fatal(err)
-			}
-			if err := s.SetEpoch(ctx, "bench"); err != nil {
-				b.Fatal(err)
-			}
+			rdb, s := openStore(b, Options{Lease: 10 * time.Second, Prefix: fmt.Sprintf("bench%d:%d:", size, time.Now().UnixNano())})
 			now := time.Now()
 			var w Batch
 			w.Worker(schema.WorkerStatus{WorkerID: "w1", Pool: schema.PoolShort, Slots: 1000, At: now}, now.Add(time.Hour))
@@ -136,18 +123,7 @@ func scriptStats(b testing.TB, rdb *redis.Client) map[string]float64 {
 // about half of Redis's cost per job.
 func BenchmarkScriptFixedCost(b *testing.B) {
 	ctx := context.Background()
-	rdb, err := redisx.Open(ctx, testenv.Redis(b))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer rdb.Close()
-	s := New(rdb, Options{Lease: 10 * time.Second, Prefix: fmt.Sprintf("fixed%d:", time.Now().UnixNano())})
-	if err := s.Load(ctx); err != nil {
-		b.Fatal(err)
-	}
-	if err := s.SetEpoch(ctx, "bench"); err != nil {
-		b.Fatal(err)
-	}
+	rdb, s := openStore(b, Options{Lease: 10 * time.Second, Prefix: fmt.Sprintf("fixed%d:", time.Now().UnixNano())})
 	now := time.Now()
 	cases := []struct {
 		name   string

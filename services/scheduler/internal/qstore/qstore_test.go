@@ -28,20 +28,28 @@ type bundle struct {
 func setup(t *testing.T) *bundle {
 	t.Helper()
 	t.Parallel()
+	rdb, s := openStore(t, Options{Lease: 10 * time.Second})
+	return &bundle{t: t, ctx: context.Background(), rdb: rdb, store: s}
+}
+
+// openStore connects to the test Redis and returns a Store with opts, its
+// scripts loaded and its epoch set; the connection closes with tb.
+func openStore(tb testing.TB, opts Options) (*redis.Client, *Store) {
+	tb.Helper()
 	ctx := context.Background()
-	rdb, err := redisx.Open(ctx, testenv.Redis(t))
+	rdb, err := redisx.Open(ctx, testenv.Redis(tb))
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	t.Cleanup(func() { rdb.Close() })
-	s := New(rdb, Options{Lease: 10 * time.Second})
+	tb.Cleanup(func() { rdb.Close() })
+	s := New(rdb, opts)
 	if err := s.Load(ctx); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	if err := s.SetEpoch(ctx, "test"); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	return &bundle{t: t, ctx: ctx, rdb: rdb, store: s}
+	return rdb, s
 }
 
 func (b *bundle) apply(now time.Time, fill func(*Batch)) ApplyResult {
