@@ -47,8 +47,9 @@ func instrument() func(http.Handler) http.Handler {
 			// only: net/http looks at the type of its own request's body
 			// when it answers (to drain or close after an unread body).
 			inner := r.WithContext(ctx)
-			body := &countingBody{ReadCloser: r.Body}
+			var body *countingBody
 			if r.Body != nil && r.Body != http.NoBody {
+				body = &countingBody{ReadCloser: r.Body}
 				inner.Body = body
 			}
 			rw := &statusWriter{ResponseWriter: w}
@@ -57,14 +58,16 @@ func instrument() func(http.Handler) http.Handler {
 			status := rw.statusOrOK()
 			route := routePattern(r)
 			if span.IsRecording() {
-				span.SetName(r.Method + " " + route)
+				if route != "" {
+					span.SetName(r.Method + " " + route)
+				}
 				span.SetAttributes(semconv.HTTPRoute(route), semconv.HTTPResponseStatusCode(status),
 					semconv.HTTPResponseBodySize(int(rw.written)))
 				if status >= 500 {
 					span.SetStatus(codes.Error, "")
 				}
 			}
-			in.record(ctx, r, route, status, time.Since(start), body.read, rw.written)
+			in.record(ctx, r, route, status, time.Since(start), body.bytesRead(), rw.written)
 		})
 	}
 }
@@ -163,6 +166,14 @@ func protocolVersion(r *http.Request) string {
 type countingBody struct {
 	io.ReadCloser
 	read int64
+}
+
+// bytesRead is what was read of the body; 0 for a request without one (nil).
+func (b *countingBody) bytesRead() int64 {
+	if b == nil {
+		return 0
+	}
+	return b.read
 }
 
 func (b *countingBody) Read(p []byte) (int, error) {

@@ -88,6 +88,9 @@ func TestInstrumentSpansAndMetrics(t *testing.T) {
 	if s.Name() != "POST /v1/things/{id}" || s.SpanKind() != trace.SpanKindServer {
 		t.Fatalf("span %q kind %v", s.Name(), s.SpanKind())
 	}
+	if name := ended[1].Name(); name != "GET" { // no route matched: the method alone
+		t.Fatalf("the unrouted request's span is %q", name)
+	}
 	if s.Parent().TraceID().String() != "4bf92f3577b34da6a3ce929d0e0e4736" || s.Parent().SpanID().String() != "00f067aa0ba902b7" {
 		t.Fatalf("span's parent %v, want the traceparent's", s.Parent())
 	}
