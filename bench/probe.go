@@ -58,6 +58,7 @@ func openProbe(ctx context.Context, t *Target, prefix string) (*Probe, error) {
 		}
 		p.rdb = redis.NewClient(opt)
 	}
+	p.enableStatements(ctx)
 	return p, nil
 }
 
@@ -77,7 +78,7 @@ type Progress struct {
 // progress counts the jobs carrying tag.
 func (p *Probe) progress(ctx context.Context, tag string) (Progress, error) {
 	var pr Progress
-	err := p.pg.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE status = 'succeeded'), count(*) FILTER (WHERE status = 'dead')
+	err := p.pg.QueryRow(ctx, probeMark+`SELECT count(*), count(*) FILTER (WHERE status = 'succeeded'), count(*) FILTER (WHERE status = 'dead')
 		FROM jobs WHERE tenant_id = $1 AND tags @> ARRAY[$2]::text[]`, p.tenant, tag).Scan(&pr.Total, &pr.Succeeded, &pr.Dead)
 	return pr, err
 }
@@ -86,7 +87,7 @@ func (p *Probe) progress(ctx context.Context, tag string) (Progress, error) {
 // status projection (false when that cannot be read).
 func (p *Probe) busy(ctx context.Context) bool {
 	var n int64
-	err := p.pg.QueryRow(ctx, `SELECT pending + running FROM tenant_job_counts WHERE tenant_id = $1`, p.tenant).Scan(&n)
+	err := p.pg.QueryRow(ctx, probeMark+`SELECT pending + running FROM tenant_job_counts WHERE tenant_id = $1`, p.tenant).Scan(&n)
 	return err == nil && n > 0
 }
 
@@ -130,7 +131,7 @@ type JobRow struct {
 }
 
 func (p *Probe) jobs(ctx context.Context, tag string) (map[string]JobRow, error) {
-	rows, err := p.pg.Query(ctx, `SELECT id, status, attempt, created_at, scheduled_for, started_at, finished_at
+	rows, err := p.pg.Query(ctx, probeMark+`SELECT id, status, attempt, created_at, scheduled_for, started_at, finished_at
 		FROM jobs WHERE tenant_id = $1 AND tags @> ARRAY[$2]::text[]`, p.tenant, tag)
 	if err != nil {
 		return nil, err
@@ -258,14 +259,14 @@ type PGStats struct {
 func (p *Probe) pgStats(ctx context.Context) (PGStats, error) {
 	var s PGStats
 	// Counters are flushed by backends at most once a second.
-	_, _ = p.pg.Exec(ctx, `SELECT pg_stat_force_next_flush()`)
-	err := p.pg.QueryRow(ctx, `SELECT xact_commit, tup_inserted, tup_updated, tup_deleted, tup_fetched
+	_, _ = p.pg.Exec(ctx, probeMark+`SELECT pg_stat_force_next_flush()`)
+	err := p.pg.QueryRow(ctx, probeMark+`SELECT xact_commit, tup_inserted, tup_updated, tup_deleted, tup_fetched
 		FROM pg_stat_database WHERE datname = current_database()`).Scan(&s.XactCommit, &s.TupInserted, &s.TupUpdated, &s.TupDeleted, &s.TupFetched)
 	if err != nil {
 		return s, err
 	}
 	// pg_stat_wal is server-wide (Postgres 14+); left at zero when absent.
-	_ = p.pg.QueryRow(ctx, `SELECT wal_records, wal_fpi, wal_bytes::bigint FROM pg_stat_wal`).Scan(&s.WALRecords, &s.WALFPI, &s.WALBytes)
+	_ = p.pg.QueryRow(ctx, probeMark+`SELECT wal_records, wal_fpi, wal_bytes::bigint FROM pg_stat_wal`).Scan(&s.WALRecords, &s.WALFPI, &s.WALBytes)
 	return s, nil
 }
 
@@ -343,7 +344,11 @@ type Counters struct {
 	Redis  map[string]int64
 	RedisS redisState
 	Tables map[string]tableStats
-	CPU    CPUTicks // CPU time per component of the stack
+	// Stmts are the stack's statements by kind (statements), nil without
+	// pg_stat_statements; StmtDealloc its evictions.
+	Stmts       map[string]int64
+	StmtDealloc int64
+	CPU         CPUTicks // CPU time per component of the stack
 	// HostBusy and Bench are the CPU time of the whole machine and of the
 	// load generator (this process), for otherLoad.
 	HostBusy, Bench int64
@@ -356,6 +361,7 @@ func (p *Probe) counters(ctx context.Context) Counters {
 	c.Redis, _ = p.redisCalls(ctx)
 	c.RedisS = p.redisInfo(ctx)
 	c.Tables, _ = p.tableStats(ctx)
+	c.Stmts, c.StmtDealloc = p.statements(ctx)
 	return c
 }
 
@@ -379,6 +385,7 @@ func (p *Probe) pgFlushed(ctx context.Context, c Counters, limit time.Duration) 
 		stable := writes(tables) == writes(c.Tables)
 		c.Tables = tables
 		c.PG, _ = p.pgStats(ctx)
+		c.Stmts, c.StmtDealloc = p.statements(ctx)
 		if stable {
 			break
 		}
@@ -405,7 +412,7 @@ type tableStats struct {
 // tableStats reads pg_stat_user_tables; partitions count under their own
 // names.
 func (p *Probe) tableStats(ctx context.Context) (map[string]tableStats, error) {
-	rows, err := p.pg.Query(ctx, `SELECT relname, n_tup_ins + n_tup_upd + n_tup_del,
+	rows, err := p.pg.Query(ctx, probeMark+`SELECT relname, n_tup_ins + n_tup_upd + n_tup_del,
 		coalesce(idx_tup_fetch, 0) + seq_tup_read, seq_tup_read, n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables`)
 	if err != nil {
 		return nil, err
@@ -479,6 +486,10 @@ func (p *Probe) perJob(a, b Counters, n int) (string, map[string]any) {
 		float64(total)/f, strings.Join(parts, ", "), float64(rtotal)/f, topPerJob(redisDelta, f),
 		float64(pg.XactCommit)/f, float64(pg.TupInserted)/f, float64(pg.TupUpdated)/f, float64(pg.TupFetched)/f,
 		float64(pg.WALRecords)/f, float64(pg.WALBytes)/f, float64(pg.WALFPI)/f)
+	stmts, stmtKinds := statementsLine(a, b, n)
+	if stmts != "" {
+		s += ", " + stmts
+	}
 	deltas := tableDeltas(a.Tables, b.Tables)
 	tables, fetched, seq := map[string]int64{}, map[string]int64{}, map[string]int64{}
 	for k, d := range deltas {
@@ -506,7 +517,7 @@ func (p *Probe) perJob(a, b Counters, n int) (string, map[string]any) {
 		"redis_aof_rewrites": b.RedisS.AOFRewrites - a.RedisS.AOFRewrites, "kafka_records": recs, "table_row_writes": tables, "table_rows_fetched": fetched, "table_seq_rows_read": seq,
 		"jobs_updates": jobs.Updates, "jobs_hot_updates": jobs.HOTUpdates, "redis_calls": redisDelta, "postgres": pg, "jobs": n,
 		"seconds": b.At.Sub(a.At).Seconds(), "cpu_us_per_job": cpu, "cpu_implausible": bad,
-		"other_cpu_pct": other}
+		"other_cpu_pct": other, "postgres_statements": stmtKinds}
 	return s, detail
 }
 
@@ -528,7 +539,7 @@ func sortedByValue(m map[string]int64) []string {
 // auditRows counts audit rows of one type in [from, to).
 func (p *Probe) auditRows(ctx context.Context, typ string, from, to time.Time) (int, error) {
 	var n int
-	err := p.pg.QueryRow(ctx, `SELECT count(*) FROM audit_events WHERE tenant_id = $1 AND type = $2 AND occurred_at >= $3 AND occurred_at < $4`,
+	err := p.pg.QueryRow(ctx, probeMark+`SELECT count(*) FROM audit_events WHERE tenant_id = $1 AND type = $2 AND occurred_at >= $3 AND occurred_at < $4`,
 		p.tenant, typ, from, to).Scan(&n)
 	return n, err
 }
@@ -543,7 +554,7 @@ func (p *Probe) projectionLag(ctx context.Context) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	rows, err := p.pg.Query(ctx, `SELECT consumer_group, topic, partition, next_offset FROM ferry_offsets`)
+	rows, err := p.pg.Query(ctx, probeMark+`SELECT consumer_group, topic, partition, next_offset FROM ferry_offsets`)
 	if err != nil {
 		return 0, err
 	}

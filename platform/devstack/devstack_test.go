@@ -125,6 +125,21 @@ func TestPostgresInitRestartAndStop(t *testing.T) {
 		t.Fatalf("listen_addresses=%q fsync=%q synchronous_commit=%q full_page_writes=%q shared_buffers=%q",
 			listen, fsync, syncCommit, fullPages, buffers)
 	}
+	// Debian's server ships pg_stat_statements: preloaded, its view counts
+	// the statements once the extension is created.
+	bin, err := postgresBinDir("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if statStatementsInstalled(bin) {
+		var calls int64
+		if _, err := conn.Exec(ctx, "CREATE EXTENSION pg_stat_statements"); err != nil {
+			t.Fatal(err)
+		}
+		if err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_stat_statements").Scan(&calls); err != nil {
+			t.Fatalf("pg_stat_statements not loaded: %v", err)
+		}
+	}
 	if _, err := conn.Exec(ctx, "CREATE TABLE kept (v text); INSERT INTO kept VALUES ('across restarts')"); err != nil {
 		t.Fatal(err)
 	}

@@ -165,6 +165,19 @@ var postgresDefaults = map[string]string{
 	"jit":                "off",
 }
 
+// statStatementsInstalled reports whether the server in bin ships the
+// pg_stat_statements module (Debian's postgresql package does), found
+// beside bin in its lib directory. Loaded, it counts every statement by
+// its normalized text, which is how the benchmark reports Postgres
+// statements per job (bench/probe.go) and how a developer sees what the
+// stack asks of Postgres (CREATE EXTENSION pg_stat_statements, then its
+// view). Without the file the server starts without it: loading a missing
+// library would stop it from starting at all.
+func statStatementsInstalled(bin string) bool {
+	st, err := os.Stat(filepath.Join(bin, "..", "lib", "pg_stat_statements.so"))
+	return err == nil && !st.IsDir()
+}
+
 // runPostgres starts the server on port and waits until it is usable.
 func runPostgres(ctx context.Context, cfg PostgresConfig, bin, dataDir string, port int, runAs *osUser) (*Process, string, error) {
 	settings := map[string]string{
@@ -175,6 +188,9 @@ func runPostgres(ctx context.Context, cfg PostgresConfig, bin, dataDir string, p
 	}
 	for k, v := range postgresDefaults {
 		settings[k] = v
+	}
+	if statStatementsInstalled(bin) {
+		settings["shared_preload_libraries"] = "pg_stat_statements"
 	}
 	// A unix socket path is limited to 107 bytes; below a deep directory
 	// the server would refuse to start, so it then listens on TCP only.
