@@ -468,14 +468,7 @@ func (p *Probe) perJob(a, b Counters, n int) (string, map[string]any) {
 		total += recs[k]
 		parts = append(parts, fmt.Sprintf("%s %.2f", k, float64(recs[k])/f))
 	}
-	redisDelta := map[string]int64{}
-	var rtotal int64
-	for k, v := range b.Redis {
-		if d := v - a.Redis[k]; d > 0 {
-			redisDelta[k] = d
-			rtotal += d
-		}
-	}
+	redisDelta, rtotal := countDeltas(a.Redis, b.Redis)
 	pg := PGStats{
 		XactCommit: b.PG.XactCommit - a.PG.XactCommit, TupInserted: b.PG.TupInserted - a.PG.TupInserted,
 		TupUpdated: b.PG.TupUpdated - a.PG.TupUpdated, TupDeleted: b.PG.TupDeleted - a.PG.TupDeleted,
@@ -528,6 +521,20 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	sort.Strings(ks)
 	return ks
+}
+
+// countDeltas are the counters of b that grew since a (by how much) and
+// the sum of that growth.
+func countDeltas(a, b map[string]int64) (map[string]int64, int64) {
+	out := map[string]int64{}
+	var total int64
+	for k, v := range b {
+		if d := v - a[k]; d > 0 {
+			out[k] = d
+			total += d
+		}
+	}
+	return out, total
 }
 
 func sortedByValue(m map[string]int64) []string {

@@ -76,14 +76,7 @@ func statementsLine(a, b Counters, n int) (string, map[string]int64) {
 	if a.Stmts == nil || b.Stmts == nil || n == 0 {
 		return "", nil
 	}
-	delta := map[string]int64{}
-	var total int64
-	for k, v := range b.Stmts {
-		if d := v - a.Stmts[k]; d > 0 {
-			delta[k] = d
-			total += d
-		}
-	}
+	delta, total := countDeltas(a.Stmts, b.Stmts)
 	s := fmt.Sprintf("postgres statements %.3f (%s)", float64(total)/float64(n), topPerJob(delta, float64(n)))
 	if b.StmtDealloc > a.StmtDealloc {
 		s += " (UNDERCOUNTED: pg_stat_statements evicted entries during the run)"
