@@ -75,7 +75,7 @@ func Tenant(t testing.TB, pool *pgxpool.Pool, id string) (key string) {
 
 // Router returns comp's routes behind the router every service uses
 // (httpx.NewRouter with the readiness checks of deps, no /metrics).
-func Router(deps *service.Deps, name string, comp service.Component) http.Handler {
+func Router(deps *service.Deps, comp service.Component) http.Handler {
 	r := httpx.NewRouter(deps.Checks(), nil)
 	comp.Routes(r)
 	return r
@@ -83,9 +83,9 @@ func Router(deps *service.Deps, name string, comp service.Component) http.Handle
 
 // Serve serves [Router] on a real HTTP server of 127.0.0.1, closed when the
 // test ends.
-func Serve(t testing.TB, deps *service.Deps, name string, comp service.Component) *httptest.Server {
+func Serve(t testing.TB, deps *service.Deps, comp service.Component) *httptest.Server {
 	t.Helper()
-	srv := httptest.NewServer(Router(deps, name, comp))
+	srv := httptest.NewServer(Router(deps, comp))
 	t.Cleanup(srv.Close)
 	return srv
 }

@@ -47,7 +47,7 @@ func setup(t *testing.T, cfg api.Config) *bundle {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b.srv = testenv.Serve(t, b.deps, "api", svc)
+	b.srv = testenv.Serve(t, b.deps, svc)
 	testenv.Run(t, svc)
 	return b
 }

@@ -75,7 +75,7 @@ func benchSubmit(b *testing.B, clients int) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	srv := testenv.Serve(b, deps, "api", svc)
+	srv := testenv.Serve(b, deps, svc)
 	body := map[string]any{"type": "noop", "payload": map[string]any{"n": 1}}
 	submit := func() time.Duration {
 		start := time.Now()

@@ -40,7 +40,7 @@ func newFuzzEnv(t testing.TB) *fuzzEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := testenv.Serve(t, deps, "api", svc)
+	srv := testenv.Serve(t, deps, svc)
 	testenv.Run(t, svc)
 	if _, err := deps.Postgres.Exec(context.Background(), storeProbe); err != nil {
 		t.Fatal(err)

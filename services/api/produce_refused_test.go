@@ -59,7 +59,7 @@ func TestProduceRefusedRollsBack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b.srv = testenv.Serve(t, deps, "api", svc)
+	b.srv = testenv.Serve(t, deps, svc)
 	testenv.Run(t, svc)
 
 	var refusing atomic.Bool

@@ -28,7 +28,7 @@ func TestConcurrentSubmissionsReadableAtOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := testenv.Serve(t, deps, "api", svc)
+	srv := testenv.Serve(t, deps, svc)
 	testenv.Run(t, svc)
 	b := &bundle{srv: srv, deps: deps, brokers: c.KafkaBrokers[0]}
 
@@ -92,7 +92,7 @@ func TestReadWhileTheProjectionIsBehind(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := testenv.Serve(t, deps, "api", svc) // svc.Run (the projection) is not started yet
+	srv := testenv.Serve(t, deps, svc) // svc.Run (the projection) is not started yet
 	b := &bundle{srv: srv, deps: deps, brokers: c.KafkaBrokers[0]}
 
 	r := b.do(t, key, "POST", "/v1/jobs", map[string]any{"type": "noop"})

@@ -204,7 +204,7 @@ func TestUniqueAcrossReplicas(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv2 := testenv.Serve(t, b.deps, "api", second)
+	srv2 := testenv.Serve(t, b.deps, second)
 	const n = 24
 	var mu sync.Mutex
 	created, ids := 0, map[string]int{}

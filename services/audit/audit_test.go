@@ -75,7 +75,7 @@ func setup(t *testing.T, cfg audit.Config) *bundle {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b.srv = testenv.Serve(t, b.deps, "audit", b.svc)
+	b.srv = testenv.Serve(t, b.deps, b.svc)
 	return b
 }
 

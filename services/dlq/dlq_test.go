@@ -54,7 +54,7 @@ func setup(t *testing.T, cfg dlq.Config) *bundle {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b.srv = testenv.Serve(t, b.deps, "dlq", svc)
+	b.srv = testenv.Serve(t, b.deps, svc)
 	testenv.Run(t, svc)
 	return b
 }
@@ -676,7 +676,7 @@ func TestFailedProduceReleasesTheClaimAndKeepsTheJobID(t *testing.T) {
 		t.Fatal(err)
 	}
 	badBundle := *b
-	badBundle.srv = testenv.Serve(t, &bad, "dlq", svc)
+	badBundle.srv = testenv.Serve(t, &bad, svc)
 
 	r := badBundle.do(t, b.keyA, "POST", "/v1/dlq/job_f1/redrive", nil)
 	if r.Status != http.StatusServiceUnavailable || r.ErrorCode() != "unavailable" {

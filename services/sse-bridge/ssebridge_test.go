@@ -70,7 +70,7 @@ func start(t *testing.T, deps *service.Deps, keyA, keyB string, cfg Config, list
 	// The streams' base context ends first when the test ends, so open
 	// streams finish before the server closes.
 	ctx, cancel := context.WithCancel(context.Background())
-	b.srv = httptest.NewUnstartedServer(testenv.Router(b.deps, "sse-bridge", b.svc))
+	b.srv = httptest.NewUnstartedServer(testenv.Router(b.deps, b.svc))
 	if listen != nil {
 		b.srv.Listener = listen(b.srv.Listener)
 	}

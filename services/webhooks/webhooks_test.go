@@ -69,7 +69,7 @@ func setup(t *testing.T, o opts) *bundle {
 	}
 	b.cfg = cfg
 	svc := b.replica(t)
-	b.srv = testenv.Serve(t, b.deps, "webhooks", svc)
+	b.srv = testenv.Serve(t, b.deps, svc)
 	if !o.serveOnly {
 		testenv.Run(t, svc)
 	}
