@@ -47,7 +47,7 @@ func (h *hold) add(q queued, d schema.Dispatch) bool {
 		return false
 	}
 	hd := &heldDispatch{q: q, d: d}
-	h.held.push(dueEntry{due: d.NotBefore.UnixNano(), hd: hd})
+	h.held.push(hd)
 	if h.held[0].hd == hd {
 		select {
 		case h.wake <- struct{}{}:
@@ -76,7 +76,7 @@ func (h *hold) run(stop <-chan struct{}) {
 			case h.due <- next:
 			case <-stop:
 				h.mu.Lock()
-				h.held.push(dueEntry{due: next.d.NotBefore.UnixNano(), hd: &next})
+				h.held.push(&next)
 				h.mu.Unlock()
 				return
 			}
@@ -136,8 +136,9 @@ type dueEntry struct {
 	hd  *heldDispatch
 }
 
-func (x *dueHeap) push(e dueEntry) {
-	*x = append(*x, e)
+// push adds hd, keyed by its not-before.
+func (x *dueHeap) push(hd *heldDispatch) {
+	*x = append(*x, dueEntry{due: hd.d.NotBefore.UnixNano(), hd: hd})
 	h := *x
 	for i := len(h) - 1; i > 0; {
 		parent := (i - 1) / 2
