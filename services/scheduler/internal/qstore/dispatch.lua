@@ -291,7 +291,7 @@ if cap > 0 then
         admitted = true
       end
       if admitted then
-        local est = fair_estimate(best.t, f[9]) or def_est
+        local est = fair_charge(best.t, f[9], def_est)
         best.vt = best.vt + est / best.w
         best.room = best.room - 1
         local did = didp .. '-' .. popped
@@ -358,7 +358,7 @@ local function lease_ahead(dk, horizon)
       went[#went + 1] = id
       local t = f[4] or ''
       local c = tenant_settings(t)
-      local est = fair_estimate(t, f[9]) or def_est
+      local est = fair_charge(t, f[9], def_est)
       local m = pool .. '\n' .. t
       fair_vt_delta[m] = (fair_vt_delta[m] or 0) + est / c.w
       ahead_n, ahead_room = ahead_n + 1, ahead_room - 1

@@ -8,7 +8,8 @@ package qstore
 // ready job in a queue it has not paused and is under its max_running, pops
 // that tenant's best job (priority, then FIFO, across its queues of the
 // pool), and charges it estimate/weight, where the estimate is an EWMA of
-// the measured run times of the tenant's jobs of that type. When the job's
+// the measured run times of the tenant's jobs of that type (until one is
+// measured, the EWMA of that type's jobs across tenants). When the job's
 // worker reports (completed or failed, with started_at and finished_at), the
 // charge is reconciled by (actual - estimate)/weight. A tenant that becomes
 // active again starts at no less than the pool's virtual now (the virtual
@@ -30,7 +31,9 @@ package qstore
 //	P tenant:<tenant>:cfg         HASH   w (weight), max (max_running; 0 = none), pushed by the scheduler
 //	P tenant:<tenant>:paused      SET    the tenant's paused queues
 //	P pauses:gen                  STRING bumped by every pause and resume (SetPaused)
-//	P est                         HASH   "<tenant>|<type>" → EWMA of measured run time (ms)
+//	P est                         HASH   "<tenant>|<type>" → EWMA of measured run time (ms), and
+//	                                     "*|<type>" → the same across tenants, charged for a (tenant, type)
+//	                                     not measured yet
 //
 // Job hashes gain: type (job type), est and cw (the estimate charged at
 // dispatch and the weight it was divided by, until reconciled).

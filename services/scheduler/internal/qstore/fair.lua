@@ -168,26 +168,59 @@ local function fair_unrun(jk, id, t)
   if t then redis.call('SREM', FP .. 'tenant:' .. t .. ':running', id) end
 end
 
+-- FAIR_TYPE_FIELD prefixes a type's field in P est: the EWMA of that
+-- type's jobs across tenants. '*' is in no tenant id (docs/tenancy.md).
+local FAIR_TYPE_FIELD = '*|'
+
+-- fair_est_read caches the est hash's fields of tenant t's jobs of type
+-- typ and of the type across tenants (false where none was measured), in
+-- one command per script call and (tenant, type).
+local function fair_est_read(field, tfield)
+  local v = redis.call('HMGET', FP .. 'est', field, tfield)
+  fair_est[field] = tonumber(v[1]) or false
+  if fair_est[tfield] == nil then fair_est[tfield] = tonumber(v[2]) or false end
+end
+
 -- fair_estimate is the run-time estimate (ms) of tenant t's jobs of type
--- typ, or nil when none was measured; read once per script call.
+-- typ, or nil when none was measured, with its field.
 local function fair_estimate(t, typ)
   local field = t .. '|' .. (typ or '')
-  local e = fair_est[field]
-  if e == nil then
-    e = tonumber(redis.call('HGET', FP .. 'est', field)) or false
-    fair_est[field] = e
-  end
-  return e or nil, field
+  if fair_est[field] == nil then fair_est_read(field, FAIR_TYPE_FIELD .. (typ or '')) end
+  return fair_est[field] or nil, field
+end
+
+-- fair_type_estimate is the run-time estimate (ms) of jobs of type typ
+-- across tenants, or nil when none was measured, with its field.
+local function fair_type_estimate(typ)
+  local field = FAIR_TYPE_FIELD .. (typ or '')
+  if fair_est[field] == nil then fair_est[field] = tonumber(redis.call('HGET', FP .. 'est', field)) or false end
+  return fair_est[field] or nil, field
+end
+
+-- fair_charge is what a dispatch of tenant t's job of type typ is charged
+-- (ms, before the weight): the tenant's own estimate, else the type's
+-- across tenants (a tenant's first jobs of a type others run are charged
+-- about what they will cost, so it gets its share from its first pick
+-- instead of a 1 s charge per job until one reports), else def.
+local function fair_charge(t, typ, def)
+  return fair_estimate(t, typ) or fair_type_estimate(typ) or def
+end
+
+-- fair_learn feeds a measured run time into the EWMA of estimate e (nil:
+-- the first measurement is taken as is).
+local function fair_learn(e, actual)
+  if not e then return actual end
+  return e + FAIR_ALPHA * (actual - e)
 end
 
 -- fair_settle reconciles the slot-time charged at dispatch with the run
 -- time measured by the worker: the tenant's virtual time moves by
--- (actual - estimate) / weight, and the (tenant, type) estimate learns the
--- measured time. Only for the current dispatch, once: the charge (est,
--- cw) leaves the job hash, here or, when f is given (the job's did, est,
--- cw, pool, tenant and type fields, read by a completion that ends the
--- job), with the rest of the hash. The moves of one script call are summed
--- and written by fair_flush.
+-- (actual - estimate) / weight, and the (tenant, type) estimate and the
+-- type's estimate across tenants learn the measured time. Only for the
+-- current dispatch, once: the charge (est, cw) leaves the job hash, here
+-- or, when f is given (the job's did, est, cw, pool, tenant and type
+-- fields, read by a completion that ends the job), with the rest of the
+-- hash. The moves of one script call are summed and written by fair_flush.
 local function fair_settle(jk, did, started, finished, f)
   if not f then
     local v = redis.call('HMGET', jk, 'did', 'est', 'cw', 'pool', 'tenant', 'type')
@@ -203,13 +236,14 @@ local function fair_settle(jk, did, started, finished, f)
   local m = (f.pool or 'short') .. '\n' .. (f.tenant or '')
   fair_vt_delta[m] = (fair_vt_delta[m] or 0) + (actual - est) / w
   local old, field = fair_estimate(f.tenant or '', f.type)
-  local new = actual
-  if old then new = old + FAIR_ALPHA * (actual - old) end
-  fair_est[field], fair_est_dirty[field] = new, true
+  fair_est[field], fair_est_dirty[field] = fair_learn(old, actual), true
+  local told, tfield = fair_type_estimate(f.type)
+  fair_est[tfield], fair_est_dirty[tfield] = fair_learn(told, actual), true
 end
 
 -- fair_flush writes the settlements of this script call: each tenant's
--- virtual time once, each learnt estimate once.
+-- virtual time once, the learnt estimates (per tenant and type, per type)
+-- in one command.
 local function fair_flush()
   for m, d in pairs(fair_vt_delta) do
     local sp = string.find(m, '\n', 1, true)
@@ -218,8 +252,11 @@ local function fair_flush()
     redis.call('ZADD', FP .. 'pool:' .. pool .. ':active', 'XX', vt, t)
   end
   fair_vt_delta = {}
+  local est = {}
   for field in pairs(fair_est_dirty) do
-    redis.call('HSET', FP .. 'est', field, string.format('%.3f', fair_est[field]))
+    est[#est + 1] = field
+    est[#est + 1] = string.format('%.3f', fair_est[field])
   end
+  if #est > 0 then fair_bulk('HSET', FP .. 'est', est) end
   fair_est_dirty = {}
 end

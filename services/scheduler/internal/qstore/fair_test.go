@@ -153,6 +153,38 @@ func TestFairReconcile(t *testing.T) {
 	}
 }
 
+// TestFairNewTenantChargedTheTypeEstimate: a tenant's first job of a type
+// other tenants run is charged that type's estimate across tenants, not the
+// 1 s default; once its own job reported, its own estimate is charged.
+func TestFairNewTenantChargedTheTypeEstimate(t *testing.T) {
+	b := setup(t)
+	b.worker(t0, "w1", 1)
+	b.flood(t0, "a", 1)
+	b.finish(t0, b.dispatch(t0, 0).Dispatched, func(Template) time.Duration { return 40 * time.Millisecond })
+
+	b.flood(t0, "b", 3)
+	charge := func(when string) float64 {
+		t.Helper()
+		before, _ := b.store.Fair(b.ctx, schema.PoolShort, "b")
+		got := b.dispatch(t0, 0).Dispatched
+		after, _ := b.store.Fair(b.ctx, schema.PoolShort, "b")
+		if len(got) != 1 || got[0].TenantID != "b" {
+			t.Fatalf("%s: dispatched %v, want one job of b", when, tenantsOf(got))
+		}
+		b.finish(t0, got, func(Template) time.Duration { return 100 * time.Millisecond })
+		return after.VirtualTime - before.VirtualTime
+	}
+	if c := charge("b's first job"); c != 40 {
+		t.Errorf("b's first job charged %v ms, want 40 (the type's estimate from a's run)", c)
+	}
+	if c := charge("b's second job"); c != 100 {
+		t.Errorf("b's second job charged %v ms, want 100 (b's own measured run)", c)
+	}
+	if est, _ := b.rdb.HGet(b.ctx, b.store.Prefix()+"est", "*|noop").Result(); est != "61.600" {
+		t.Errorf("the type's estimate %q after runs of 40, 100 and 100 ms, want 61.600 (EWMA, α 0.2)", est)
+	}
+}
+
 // TestFairMaxRunning: a tenant at its max_running waits; others do not.
 func TestFairMaxRunning(t *testing.T) {
 	b := setup(t)
