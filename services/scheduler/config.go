@@ -36,12 +36,14 @@ type Config struct {
 	// slots as it dispatched in the last PrefetchWindow (its recent rate ×
 	// PrefetchWindow, at most PrefetchMax). A busy pool of short jobs so
 	// keeps enough in flight to cover dispatch → completed → slot freed;
-	// a pool of slow jobs (low rate) stays at Prefetch. Prefetched jobs wait
-	// at most about PrefetchWindow at the worker
-	// (FERRY_SCHEDULER_PREFETCH_WINDOW); negative disables it.
+	// a pool of slow jobs (low rate) stays at Prefetch. Short jobs may go
+	// further, by their run-time estimate (qstore.DispatchParams.WorkWindow):
+	// a burst's rate is only known a round trip later, its jobs' length at
+	// once. Prefetched jobs wait at most about PrefetchWindow at the worker
+	// (FERRY_SCHEDULER_PREFETCH_WINDOW); negative disables both.
 	PrefetchWindow time.Duration
-	// PrefetchMax bounds the rate-sized part of the window per pool
-	// (FERRY_SCHEDULER_PREFETCH_MAX).
+	// PrefetchMax bounds each of the rate-sized and the work-sized parts of
+	// the window per pool (FERRY_SCHEDULER_PREFETCH_MAX).
 	PrefetchMax int
 	// Tick is the fallback period of the dispatch loops
 	// (FERRY_SCHEDULER_TICK).

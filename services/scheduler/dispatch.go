@@ -203,6 +203,7 @@ func (s *Service) step(ctx context.Context, pool string, prefetch int, done func
 	res, err := s.store.Dispatch(ctx, qstore.DispatchParams{
 		Pool: pool, Now: s.cfg.Now(), Prefetch: prefetch, MaxBatch: s.cfg.MaxBatch,
 		DispatchIDPrefix: schema.NewEventID(), Lookahead: max(s.cfg.Lookahead, 0),
+		WorkWindow: max(s.cfg.PrefetchWindow, 0), WorkMax: s.cfg.PrefetchMax,
 	})
 	if err != nil || (len(res.Dispatched) == 0 && len(res.Expired) == 0) {
 		done()

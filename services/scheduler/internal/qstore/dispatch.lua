@@ -1,12 +1,13 @@
 -- dispatch: one scheduling step for one pool, atomically: forget silent
 -- workers, re-queue jobs whose lease expired (worker_lost: same attempt, at
 -- the front of their priority), promote due delayed jobs, then pop up to
--- (live slots + prefetch - in flight) ready jobs, and lease them: the tenant
--- with the least virtual time (weighted slot-time) that has ready work in an
--- unpaused queue and is under its max_running goes first, and its best job
--- (priority, then FIFO, across its queues of the pool) is popped (fair.lua).
+-- (live slots + prefetch - in flight) ready jobs, more if they are short
+-- (4), and lease them: the tenant with the least virtual time (weighted
+-- slot-time) that has ready work in an unpaused queue and is under its
+-- max_running goes first, and its best job (priority, then FIFO, across its
+-- queues of the pool) is popped (fair.lua).
 -- ARGV: prefix pool now_ms lease_ms prefetch max_batch dispatch_id_prefix ttl_s outbox_retry_ms check_epoch
---       default_estimate_ms lookahead_ms
+--       default_estimate_ms lookahead_ms work_window_ms work_max
 -- Returns {next_due_ms, next_lease_ms, n_dispatched, n_expired, more,
 --          (trailer: n_dispatched traceparents, expired lease count)
 --          dispatched (8 fields each)..., expired (8 fields each)...}.
@@ -95,11 +96,23 @@ route_release(rt, pool)
 
 -- 4. Capacity (slots: 3a): the jobs in flight, less those leased ahead and
 -- not yet due (they wait in the holds). No live worker, no dispatch.
-local cap = 0
-if slots > 0 then cap = slots + prefetch - (redis.call('ZCARD', inflight) - n_ahead) end
-if cap > maxb then cap = maxb end
-
+-- Short jobs may go further ahead than prefetch: the work window (5's
+-- short_enough) lets a job whose estimate is e ms go while the dispatches
+-- beyond the slots are fewer than slots × work_ms / e (at most work_max),
+-- so each slot has about work_ms of expected work waiting, whatever the
+-- jobs' length: a burst of 1 ms jobs goes at once, one of 500 ms jobs adds
+-- a few per slot. cap is the most a step may pop, base_cap what it may pop
+-- whatever the jobs' length.
 local def_est = tonumber(ARGV[11]) or 1000
+local work_ms, work_max = tonumber(ARGV[13]) or 0, tonumber(ARGV[14]) or 0
+local cap, base_cap = 0, 0
+if slots > 0 then
+  local busy = redis.call('ZCARD', inflight) - n_ahead
+  base_cap = slots + prefetch - busy
+  cap = base_cap
+  if work_ms > 0 then cap = slots + math.max(prefetch, work_max) - busy end
+end
+if cap > maxb then cap = maxb end
 local disp, exp, tps, parts, nbs = {}, {}, {}, {}, {}
 -- emit adds dispatch did of job id to the reply; f holds the job's
 -- attempt, tenant, created, ready, spec and tp fields at 3 to 8 (the
@@ -159,6 +172,14 @@ end
 -- the pending writes go out, and the cursors read again after it.
 -- drained: the pops ended because no tenant had a ready job it may run.
 local popped, parked, drained = 0, 0, false
+-- short_enough: tenant t's job of type typ fits the window with the
+-- step's popped dispatches ahead of it (4).
+local function short_enough(t, typ)
+  if popped < base_cap then return true end
+  if work_ms <= 0 then return false end
+  local e = math.max(fair_charge(t, typ, def_est), 1)
+  return popped - base_cap + prefetch < math.min(work_max, slots * work_ms / e)
+end
 if cap > 0 then
   local FAIR_SCAN = 512
   local HEADS = math.min(cap, 64)
@@ -260,13 +281,16 @@ if cap > 0 then
       drained = true
       break
     end
+    local jk = P .. 'job:' .. id
+    local f = redis.call('HMGET', jk, 'state', 'na', 'attempt', 'tenant', 'created', 'ready', 'spec', 'tp', 'type',
+      'ck', 'cl', 'gp', 'probe', 'nb')
+    -- Past slots + prefetch only jobs short enough go (4); the pick that
+    -- is not waits at the head of its tenant's queue for the next step.
+    if f[1] == 'ready' and not short_enough(best.t, f[9]) then break end
     cur_take(bc, id)
     best.dirty = true
     popped = popped + 1
     if best.vt > vnow then vnow = best.vt end
-    local jk = P .. 'job:' .. id
-    local f = redis.call('HMGET', jk, 'state', 'na', 'attempt', 'tenant', 'created', 'ready', 'spec', 'tp', 'type',
-      'ck', 'cl', 'gp', 'probe', 'nb')
     if f[1] == 'ready' then
       local na = tonumber(f[2])
       local admitted = false

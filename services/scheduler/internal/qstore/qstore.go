@@ -384,6 +384,13 @@ type DispatchParams struct {
 	// (a concurrency key, a tenant's rate limits or open breakers) wait
 	// until due. 0: no job is dispatched before it is due.
 	Lookahead time.Duration
+	// WorkWindow lets short jobs go further beyond the live slots than
+	// Prefetch: a job whose run-time estimate is e may be dispatched while
+	// fewer than slots × WorkWindow / e dispatches (at most WorkMax) are
+	// beyond the slots, so about WorkWindow of expected work waits per slot
+	// however long the jobs are. 0: none beyond the slots + Prefetch.
+	WorkWindow time.Duration
+	WorkMax    int
 }
 
 // DispatchResult is the outcome of one dispatch step.
@@ -421,11 +428,13 @@ func (s *Store) Dispatch(ctx context.Context, p DispatchParams) (DispatchResult,
 
 // dispatchArgs encodes a dispatch step as dispatch.lua reads its ARGV:
 // prefix pool now_ms lease_ms prefetch max_batch dispatch_id_prefix ttl_s
-// outbox_retry_ms check_epoch default_estimate_ms lookahead_ms.
+// outbox_retry_ms check_epoch default_estimate_ms lookahead_ms work_window_ms
+// work_max.
 func (s *Store) dispatchArgs(p DispatchParams) []any {
 	return []any{s.opts.Prefix, p.Pool, p.Now.UnixMilli(), s.opts.Lease.Milliseconds(),
 		p.Prefetch, p.MaxBatch, p.DispatchIDPrefix, int64(s.opts.TerminalTTL.Seconds()), s.opts.OutboxRetry.Milliseconds(), flag(true),
-		s.opts.DefaultEstimate.Milliseconds(), max(p.Lookahead.Milliseconds(), 0)}
+		s.opts.DefaultEstimate.Milliseconds(), max(p.Lookahead.Milliseconds(), 0),
+		max(p.WorkWindow.Milliseconds(), 0), max(p.WorkMax, 0)}
 }
 
 func flag(b bool) string {
