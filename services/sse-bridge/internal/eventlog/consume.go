@@ -5,7 +5,9 @@ import (
 	"log/slog"
 	"maps"
 	"sync"
+	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -13,9 +15,10 @@ import (
 // topics, read by this process alone (no consumer group, nothing
 // committed), so every replica of the service has every event.
 type Consumer struct {
-	cl  *kgo.Client
-	log *Log
-	lg  *slog.Logger
+	cl     *kgo.Client
+	topics []string
+	log    *Log
+	lg     *slog.Logger
 
 	mu   sync.Mutex
 	next map[string]map[int32]int64 // next offset per topic and partition
@@ -29,14 +32,19 @@ func StartOffset(perPartition int) kgo.Offset {
 	return kgo.NewOffset().AtEnd().Relative(-int64(max(perPartition, 1)))
 }
 
-// NewConsumer returns a consumer of cl (a client consuming the lifecycle
-// topics from StartOffset) into l.
-func NewConsumer(cl *kgo.Client, l *Log, lg *slog.Logger) *Consumer {
-	return &Consumer{cl: cl, log: l, lg: lg, next: map[string]map[int32]int64{}}
+// NewConsumer returns a consumer of cl (a client consuming topics, the
+// lifecycle topics, from StartOffset) into l.
+func NewConsumer(cl *kgo.Client, topics []string, l *Log, lg *slog.Logger) *Consumer {
+	return &Consumer{cl: cl, topics: topics, log: l, lg: lg, next: map[string]map[int32]int64{}}
 }
 
-// Run consumes until ctx is done.
+// readBackTimeout bounds how long the read-back waits for partitions to
+// deliver up to their end at start; what it has by then is logged anyway.
+const readBackTimeout = 5 * time.Second
+
+// Run logs the read-back as one batch, then consumes until ctx is done.
 func (c *Consumer) Run(ctx context.Context) error {
+	c.readBack(ctx)
 	for {
 		fs := c.cl.PollFetches(ctx)
 		if ctx.Err() != nil {
@@ -75,4 +83,67 @@ func (c *Consumer) Positions(context.Context) (map[string]map[int32]int64, error
 		out[t] = maps.Clone(ps)
 	}
 	return out, nil
+}
+
+// readBack polls every partition up to its end when the consumer starts
+// and logs all of it as one batch. A job's events travel on different
+// topics, which the read-back reaches in no useful order; logged fetch by
+// fetch, a completed read before the job's progress would end the job and
+// the progress would be dropped (nothing is logged after a job's final
+// event). One batch is ordered by event time (decodeBatch), so a job
+// stream replays the job's history as it happened.
+func (c *Consumer) readBack(ctx context.Context) {
+	left, err := c.readBackEnds(ctx)
+	if err != nil {
+		c.lg.Warn("sse-bridge: listing the lifecycle partitions' offsets; logging the read-back as it comes", "err", err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, readBackTimeout)
+	defer cancel()
+	var batch []*kgo.Record
+	for len(left) > 0 && ctx.Err() == nil {
+		fs := c.cl.PollFetches(ctx)
+		fs.EachError(func(topic string, p int32, err error) {
+			if ctx.Err() == nil {
+				c.lg.Warn("sse-bridge: fetch failed; retrying", "topic", topic, "partition", p, "err", err)
+			}
+		})
+		for _, r := range fs.Records() {
+			batch = append(batch, r)
+			tp := partition{r.Topic, r.Partition}
+			if end, ok := left[tp]; ok && r.Offset+1 >= end {
+				delete(left, tp)
+			}
+		}
+	}
+	c.log.Append(batch)
+	c.advance(batch)
+}
+
+// partition is one partition of a topic.
+type partition struct {
+	topic string
+	p     int32
+}
+
+// readBackEnds returns the end offset of each partition of c's topics that
+// holds records, when the read-back starts.
+func (c *Consumer) readBackEnds(ctx context.Context) (map[partition]int64, error) {
+	adm := kadm.NewClient(c.cl)
+	ends, err := adm.ListEndOffsets(ctx, c.topics...)
+	if err != nil {
+		return nil, err
+	}
+	starts, err := adm.ListStartOffsets(ctx, c.topics...)
+	if err != nil {
+		return nil, err
+	}
+	left := map[partition]int64{}
+	ends.Each(func(o kadm.ListedOffset) {
+		start, ok := starts.Lookup(o.Topic, o.Partition)
+		if o.Err == nil && ok && start.Err == nil && o.Offset > start.Offset {
+			left[partition{o.Topic, o.Partition}] = o.Offset
+		}
+	})
+	return left, nil
 }
