@@ -230,10 +230,11 @@ func (s *Service) Run(ctx context.Context) error {
 			return err
 		}
 		defer cl.Close()
-		c := eventlog.NewConsumer(cl, s.deps.Topics.LifecycleTopics(), s.events, s.log)
+		topics := s.deps.Topics.LifecycleTopics()
+		c := eventlog.NewConsumer(cl, topics, s.events, s.log)
 		g.Go(func() error { return c.Run(ctx) })
 		g.Go(func() error {
-			kafkax.WatchLag(ctx, cl, lagGroup, s.deps.Topics.LifecycleTopics(), c.Positions)
+			kafkax.WatchLag(ctx, cl, lagGroup, topics, c.Positions)
 			return nil
 		})
 	}

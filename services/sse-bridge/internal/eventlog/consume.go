@@ -9,6 +9,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ferryhq/ferry/platform/kafkax"
 )
 
 // Consumer feeds a log from Kafka: every partition of the lifecycle
@@ -46,17 +48,25 @@ const readBackTimeout = 5 * time.Second
 func (c *Consumer) Run(ctx context.Context) error {
 	c.readBack(ctx)
 	for {
-		fs := c.cl.PollFetches(ctx)
+		recs := c.poll(ctx)
 		if ctx.Err() != nil {
 			return nil
 		}
-		fs.EachError(func(topic string, p int32, err error) {
-			c.lg.Warn("sse-bridge: fetch failed; retrying", "topic", topic, "partition", p, "err", err)
-		})
-		recs := fs.Records()
 		c.log.Append(recs)
 		c.advance(recs)
 	}
+}
+
+// poll returns the next fetched records, warning of failed fetches (the
+// client retries them) unless ctx ended.
+func (c *Consumer) poll(ctx context.Context) []*kgo.Record {
+	fs := c.cl.PollFetches(ctx)
+	fs.EachError(func(topic string, p int32, err error) {
+		if ctx.Err() == nil {
+			c.lg.Warn("sse-bridge: fetch failed; retrying", "topic", topic, "partition", p, "err", err)
+		}
+	})
+	return fs.Records()
 }
 
 // advance records how far the log has read, for the lag gauge.
@@ -102,13 +112,7 @@ func (c *Consumer) readBack(ctx context.Context) {
 	defer cancel()
 	var batch []*kgo.Record
 	for len(left) > 0 && ctx.Err() == nil {
-		fs := c.cl.PollFetches(ctx)
-		fs.EachError(func(topic string, p int32, err error) {
-			if ctx.Err() == nil {
-				c.lg.Warn("sse-bridge: fetch failed; retrying", "topic", topic, "partition", p, "err", err)
-			}
-		})
-		for _, r := range fs.Records() {
+		for _, r := range c.poll(ctx) {
 			batch = append(batch, r)
 			tp := partition{r.Topic, r.Partition}
 			if end, ok := left[tp]; ok && r.Offset+1 >= end {
@@ -127,7 +131,8 @@ type partition struct {
 }
 
 // readBackEnds returns the end offset of each partition of c's topics that
-// holds records, when the read-back starts.
+// holds records (kafkax.Unprocessed by a consumer that read nothing yet),
+// when the read-back starts.
 func (c *Consumer) readBackEnds(ctx context.Context) (map[partition]int64, error) {
 	adm := kadm.NewClient(c.cl)
 	ends, err := adm.ListEndOffsets(ctx, c.topics...)
@@ -139,11 +144,11 @@ func (c *Consumer) readBackEnds(ctx context.Context) (map[partition]int64, error
 		return nil, err
 	}
 	left := map[partition]int64{}
-	ends.Each(func(o kadm.ListedOffset) {
-		start, ok := starts.Lookup(o.Topic, o.Partition)
-		if o.Err == nil && ok && start.Err == nil && o.Offset > start.Offset {
-			left[partition{o.Topic, o.Partition}] = o.Offset
+	for t, ps := range kafkax.Unprocessed(ends, starts, nil) {
+		for p := range ps {
+			end, _ := ends.Lookup(t, p)
+			left[partition{t, p}] = end.Offset
 		}
-	})
+	}
 	return left, nil
 }
