@@ -172,29 +172,18 @@ end
 -- type's jobs across tenants. '*' is in no tenant id (docs/tenancy.md).
 local FAIR_TYPE_FIELD = '*|'
 
--- fair_est_read caches the est hash's fields of tenant t's jobs of type
--- typ and of the type across tenants (false where none was measured), in
--- one command per script call and (tenant, type).
-local function fair_est_read(field, tfield)
-  local v = redis.call('HMGET', FP .. 'est', field, tfield)
-  fair_est[field] = tonumber(v[1]) or false
-  if fair_est[tfield] == nil then fair_est[tfield] = tonumber(v[2]) or false end
-end
-
--- fair_estimate is the run-time estimate (ms) of tenant t's jobs of type
--- typ, or nil when none was measured, with its field.
-local function fair_estimate(t, typ)
-  local field = t .. '|' .. (typ or '')
-  if fair_est[field] == nil then fair_est_read(field, FAIR_TYPE_FIELD .. (typ or '')) end
-  return fair_est[field] or nil, field
-end
-
--- fair_type_estimate is the run-time estimate (ms) of jobs of type typ
--- across tenants, or nil when none was measured, with its field.
-local function fair_type_estimate(typ)
-  local field = FAIR_TYPE_FIELD .. (typ or '')
-  if fair_est[field] == nil then fair_est[field] = tonumber(redis.call('HGET', FP .. 'est', field)) or false end
-  return fair_est[field] or nil, field
+-- fair_estimates are the run-time estimates (ms) of tenant t's jobs of
+-- type typ and of the type's jobs across tenants (nil where none was
+-- measured), with their fields: read in one HMGET per script call and
+-- (tenant, type), and cached with what the call learns.
+local function fair_estimates(t, typ)
+  local field, tfield = t .. '|' .. (typ or ''), FAIR_TYPE_FIELD .. (typ or '')
+  if fair_est[field] == nil then
+    local v = redis.call('HMGET', FP .. 'est', field, tfield)
+    fair_est[field] = tonumber(v[1]) or false
+    if fair_est[tfield] == nil then fair_est[tfield] = tonumber(v[2]) or false end
+  end
+  return fair_est[field] or nil, field, fair_est[tfield] or nil, tfield
 end
 
 -- fair_charge is what a dispatch of tenant t's job of type typ is charged
@@ -203,7 +192,8 @@ end
 -- about what they will cost, so it gets its share from its first pick
 -- instead of a 1 s charge per job until one reports), else def.
 local function fair_charge(t, typ, def)
-  return fair_estimate(t, typ) or fair_type_estimate(typ) or def
+  local own, _, across = fair_estimates(t, typ)
+  return own or across or def
 end
 
 -- fair_learn feeds a measured run time into the EWMA of estimate e (nil:
@@ -235,9 +225,8 @@ local function fair_settle(jk, did, started, finished, f)
   local w = tonumber(f.cw) or 1
   local m = (f.pool or 'short') .. '\n' .. (f.tenant or '')
   fair_vt_delta[m] = (fair_vt_delta[m] or 0) + (actual - est) / w
-  local old, field = fair_estimate(f.tenant or '', f.type)
+  local old, field, told, tfield = fair_estimates(f.tenant or '', f.type)
   fair_est[field], fair_est_dirty[field] = fair_learn(old, actual), true
-  local told, tfield = fair_type_estimate(f.type)
   fair_est[tfield], fair_est_dirty[tfield] = fair_learn(told, actual), true
 end
 
