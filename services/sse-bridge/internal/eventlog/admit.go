@@ -132,8 +132,8 @@ func (l *Log) append(e logEvent, j *jobState, now time.Time, out *[]*hub.Event) 
 		j.started[e.attempt] = true
 	}
 	l.last++
-	ev := hub.NewEvent(hub.Event{Seq: l.last, Tenant: e.tenant, JobID: e.job, Type: e.typ,
-		Queue: j.queue, JobType: j.jobType, Tags: j.tags, Data: e.wire})
+	ev := hub.NewEvent(hub.Attrs{Seq: l.last, Tenant: e.tenant, JobID: e.job, Type: e.typ,
+		Queue: j.queue, JobType: j.jobType, Tags: j.tags}, wireLine(e, l.log))
 	l.ring = append(l.ring, entry{ev: ev, ceID: e.id, at: now})
 	j.events = append(j.events, ev)
 	*out = append(*out, ev)

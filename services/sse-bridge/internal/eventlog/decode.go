@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"log/slog"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -30,7 +31,10 @@ type logEvent struct {
 	typ             schema.EventType
 	at              time.Time
 	spec            *schema.JobSpec // enqueued only: the job's attributes
-	wire            []byte
+	// value is the record's value (a copy: the record's buffer is the
+	// fetch's), rendered into the SSE data line only when a client reads
+	// the event (wireLine).
+	value []byte
 	// waitFor is the event type that must be logged first (awaits).
 	waitFor schema.EventType
 	// heldAt is when the event started waiting for its predecessor.
@@ -54,7 +58,7 @@ func awaits(t schema.EventType) schema.EventType {
 }
 
 // decodeBatch decodes each lifecycle record of recs once into the event the
-// log stores (its SSE data line rendered here, outside the log's lock), and
+// log stores, and
 // orders the batch by event time and then lifecycle rank: records of one
 // fetch come from many partitions, in no useful order among themselves.
 func decodeBatch(recs []*kgo.Record, log *slog.Logger) []logEvent {
@@ -88,16 +92,8 @@ func decodeRecord(r *kgo.Record, log *slog.Logger) (logEvent, bool) {
 		return logEvent{}, false
 	}
 	ref := lc.Ref()
-	// The data line is one line whatever the producer's formatting:
-	// renderWire compacts the value unless it is compact already.
-	wire, err := renderWire(wireEvent{ID: e.ID, Type: string(lc.EventType()), Time: e.Time.UTC(),
-		JobID: ref.JobID, TenantID: ref.TenantID, Attempt: ref.Attempt, Data: r.Value})
-	if err != nil {
-		log.Warn("sse-bridge: skipping unencodable record", "topic", r.Topic, "offset", r.Offset, "err", err)
-		return logEvent{}, false
-	}
 	ev := logEvent{id: e.ID, tenant: ref.TenantID, job: ref.JobID, attempt: ref.Attempt,
-		typ: lc.EventType(), at: e.Time, wire: wire, waitFor: awaits(lc.EventType())}
+		typ: lc.EventType(), at: e.Time, value: slices.Clone(r.Value), waitFor: awaits(lc.EventType())}
 	switch d := lc.(type) {
 	case schema.Enqueued:
 		ev.spec = &d.Job
@@ -107,4 +103,22 @@ func decodeRecord(r *kgo.Record, log *slog.Logger) (logEvent, bool) {
 		}
 	}
 	return ev, true
+}
+
+// wireLine returns the function that renders e's SSE data line, which
+// hub.Event calls when the event is first written to a client. The data
+// line is one line whatever the producer's formatting: renderWire compacts
+// the value unless it is compact already. It cannot fail for a decoded
+// record (Decode refuses a ce_time renderWire could not write); if it did,
+// the line says so instead of breaking the stream.
+func wireLine(e logEvent, log *slog.Logger) func() []byte {
+	return func() []byte {
+		wire, err := renderWire(wireEvent{ID: e.id, Type: string(e.typ), Time: e.at.UTC(),
+			JobID: e.job, TenantID: e.tenant, Attempt: e.attempt, Data: e.value})
+		if err != nil {
+			log.Warn("sse-bridge: cannot render an event", "ce_id", e.id, "err", err)
+			return []byte(`{"id":` + strconv.Quote(e.id) + `,"error":"unrenderable event"}`)
+		}
+		return wire
+	}
 }

@@ -89,7 +89,7 @@ func TestMalformedValuesAreNotLogged(t *testing.T) {
 	if len(evs) != 1 || evs[0].JobID != "job-ok" || evs[0].Type != schema.EventStarted {
 		t.Fatalf("published %d events (%+v), want only job-ok's started", len(evs), evs)
 	}
-	if want := append([]byte(`,"data":`), good.Value...); !bytes.Contains(evs[0].Data, append(want, '}')) {
-		t.Errorf("data line %s does not carry the record's value %s as it is", evs[0].Data, good.Value)
+	if want := append([]byte(`,"data":`), good.Value...); !bytes.Contains(evs[0].Data(), append(want, '}')) {
+		t.Errorf("data line %s does not carry the record's value %s as it is", evs[0].Data(), good.Value)
 	}
 }

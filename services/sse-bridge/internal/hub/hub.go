@@ -15,9 +15,9 @@ import (
 	"github.com/ferryhq/ferry/events/schema"
 )
 
-// Event is one logged lifecycle event as streamed to clients. Events are
-// shared by every subscriber and must not be modified after [NewEvent].
-type Event struct {
+// Attrs are what the log and the hub's filters know of an event without
+// its data line.
+type Attrs struct {
 	// Seq is the event's position in the log: the SSE id.
 	Seq    int64
 	Tenant string
@@ -28,32 +28,57 @@ type Event struct {
 	Queue   string
 	JobType string
 	Tags    []string
-	// Data is the event's JSON, one line.
-	Data []byte
-
-	frame []byte
 }
 
-// NewEvent returns e with its SSE frame rendered once, so that writing it to
-// any number of clients costs no further allocation. The returned event's
-// Data points into the frame: an event kept in a log holds its JSON once.
-func NewEvent(e Event) *Event {
-	b := make([]byte, 0, len(e.Data)+len(e.Type)+48) // room for a 20-digit id: one allocation
+// Event is one logged lifecycle event as streamed to clients. Events are
+// shared by every subscriber and must not be modified after [NewEvent].
+type Event struct {
+	Attrs
+
+	// data renders the event's JSON line; called once, by the first Frame.
+	data  func() []byte
+	once  sync.Once
+	frame []byte
+	line  []byte // the JSON line, within frame
+}
+
+// NewEvent returns the event of a with the JSON line data renders. The SSE
+// frame is rendered when the event is first written to a client (or its
+// Data read), once, whatever the number of clients: most events of a busy
+// log are never streamed, and rendering them all cost ~3 % of `ferry dev`'s
+// CPU at full load plus a kilobyte of garbage per event (docs/performance.md,
+// Round 17).
+func NewEvent(a Attrs, data func() []byte) *Event {
+	return &Event{Attrs: a, data: data}
+}
+
+// Frame is the event as an SSE message: id, event and data lines.
+func (e *Event) Frame() []byte {
+	e.once.Do(e.render)
+	return e.frame
+}
+
+// Data is the event's JSON, one line.
+func (e *Event) Data() []byte {
+	e.once.Do(e.render)
+	return e.line
+}
+
+// render builds the frame in one allocation (room for a 20-digit id).
+func (e *Event) render() {
+	line := e.data()
+	b := make([]byte, 0, len(line)+len(e.Type)+48)
 	b = append(b, "id: "...)
 	b = strconv.AppendInt(b, e.Seq, 10)
 	b = append(b, "\nevent: "...)
 	b = append(b, e.Type...)
 	b = append(b, "\ndata: "...)
 	start := len(b)
-	b = append(b, e.Data...)
-	e.Data = b[start:len(b):len(b)]
-	b = append(b, "\n\n"...)
-	e.frame = b
-	return &e
+	b = append(b, line...)
+	e.line = b[start:len(b):len(b)]
+	e.frame = append(b, "\n\n"...)
+	e.data = nil
 }
-
-// Frame is the event as an SSE message: id, event and data lines.
-func (e *Event) Frame() []byte { return e.frame }
 
 // Terminal reports whether the event ends its job's stream.
 func (e *Event) Terminal() bool { return IsTerminal(e.Type) }

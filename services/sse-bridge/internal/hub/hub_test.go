@@ -1,13 +1,16 @@
 package hub
 
 import (
+	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/ferryhq/ferry/events/schema"
 )
 
 func ev(seq int64, tenant, job string, t schema.EventType) *Event {
-	return NewEvent(Event{Seq: seq, Tenant: tenant, JobID: job, Type: t, Queue: "default", JobType: "email", Tags: []string{"a", "b"}, Data: []byte(`{"x":1}`)})
+	return NewEvent(Attrs{Seq: seq, Tenant: tenant, JobID: job, Type: t, Queue: "default", JobType: "email", Tags: []string{"a", "b"}},
+		func() []byte { return []byte(`{"x":1}`) })
 }
 
 func TestFrame(t *testing.T) {
@@ -98,5 +101,37 @@ func TestTakeReusesSpare(t *testing.T) {
 	second, _ := s.Take(first)
 	if len(second) != 1 || second[0].Seq != 2 {
 		t.Fatalf("second take %v", second)
+	}
+}
+
+// An event's data line is rendered when it is first written, once, however
+// many clients write it at the same time; an event nobody writes is never
+// rendered.
+func TestFrameRenderedOnceWhenFirstWritten(t *testing.T) {
+	var calls atomic.Int32
+	e := NewEvent(Attrs{Seq: 7, Tenant: "acme", JobID: "j1", Type: schema.EventStarted}, func() []byte {
+		calls.Add(1)
+		return []byte(`{"x":1}`)
+	})
+	if n := calls.Load(); n != 0 {
+		t.Fatalf("rendered %d times before anything was written", n)
+	}
+	frames := make([][]byte, 8)
+	var wg sync.WaitGroup
+	for i := range frames {
+		wg.Go(func() { frames[i] = e.Frame() })
+	}
+	wg.Wait()
+	if n := calls.Load(); n != 1 {
+		t.Fatalf("rendered %d times, want once", n)
+	}
+	want := "id: 7\nevent: started\ndata: {\"x\":1}\n\n"
+	for _, f := range frames {
+		if string(f) != want {
+			t.Fatalf("frame %q, want %q", f, want)
+		}
+	}
+	if string(e.Data()) != `{"x":1}` {
+		t.Fatalf("data %q", e.Data())
 	}
 }
