@@ -140,6 +140,24 @@ local function op_job(o)
   return id, jk, redis.call('HGET', jk, 'state')
 end
 
+-- enqueue_hset writes every field of the attempt enqueued by op E at o in
+-- one HSET, straight from ARGV (no table to build and unpack per job; the
+-- attempt as its ARGV text, not a number for Redis to format): state, then
+-- the arguments after it (the state's own fields and the concurrency
+-- key's, ending with the spec). The order is the order of the fields in
+-- the hash, a listpack (hash-max-listpack-value) that every field lookup
+-- scans from its start: the fields read on every step come first, those
+-- read only to build a dispatch after them, and the spec, the one long
+-- value, last; est and cw start empty, so the dispatch that sets them
+-- finds them early too. Interleaved with the old order in one process
+-- (256-job batches): enqueue -5 %, a job's script time -2 to -4 %.
+local function enqueue_hset(jk, o, state, ...)
+  redis.call('HSET', jk, 'state', state, 'did', '', 'attempt', ARGV[o + 2], 'tenant', ARGV[o + 1],
+    'pool', ARGV[o + 4], 'type', ARGV[o + 13], 'queue', ARGV[o + 3], 'est', '', 'cw', '', 'prio', ARGV[o + 5],
+    'na', ARGV[o + 7], 'created', ARGV[o + 8], 'ready', ARGV[o + 9], 'tp', ARGV[o + 16],
+    'history', ARGV[o + 11], 'rf', ARGV[o + 12], ...)
+end
+
 -- E id tenant attempt queue pool prio run_at_ms not_after_ms created ready spec history redriven_from type
 --   concurrency_key concurrency_limit traceparent: an attempt is enqueued. A fresh job costs two
 --   commands: its state read and one HSET of every field; its ready (or delayed) sets are
@@ -162,23 +180,24 @@ ops.E = function(o)
     end
     redis.call('PERSIST', jk)
   end
-  local h = {'tenant', tenant, 'attempt', attempt, 'queue', q, 'pool', pool, 'prio', prio,
-    'na', ARGV[o + 7], 'created', ARGV[o + 8], 'ready', ARGV[o + 9], 'spec', ARGV[o + 10],
-    'history', ARGV[o + 11], 'rf', ARGV[o + 12], 'did', '', 'type', ARGV[o + 13], 'tp', ARGV[o + 16]}
-  if ARGV[o + 14] ~= '' then
-    h[#h + 1], h[#h + 2], h[#h + 3], h[#h + 4] = 'ck', ARGV[o + 14], 'cl', ARGV[o + 15]
-  end
   local tq = fair_tq(pool, q, tenant)
+  local ck, spec = ARGV[o + 14], ARGV[o + 10]
   if run_at > now then
-    h[#h + 1], h[#h + 2] = 'state', 'delayed'
-    redis.call('HSET', jk, unpack(h))
+    if ck ~= '' then
+      enqueue_hset(jk, o, 'delayed', 'ck', ck, 'cl', ARGV[o + 15], 'spec', spec)
+    else
+      enqueue_hset(jk, o, 'delayed', 'spec', spec)
+    end
     add_later(delayed_key(q), run_at, id)
     add_later(tq .. ':delayed', run_at, id)
   else
     local seq = fair_seq()
     local score = fair_score(prio, seq, false)
-    h[#h + 1], h[#h + 2], h[#h + 3], h[#h + 4] = 'state', 'ready', 'seq', seq
-    redis.call('HSET', jk, unpack(h))
+    if ck ~= '' then
+      enqueue_hset(jk, o, 'ready', 'seq', seq, 'ck', ck, 'cl', ARGV[o + 15], 'spec', spec)
+    else
+      enqueue_hset(jk, o, 'ready', 'seq', seq, 'spec', spec)
+    end
     -- unindex took it out of its delayed sets already.
     add_later(ready_key(q), score, id)
     add_later(tq, score, id)
