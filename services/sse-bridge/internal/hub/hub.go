@@ -46,8 +46,7 @@ type Event struct {
 // frame is rendered when the event is first written to a client (or its
 // Data read), once, whatever the number of clients: most events of a busy
 // log are never streamed, and rendering them all cost ~3 % of `ferry dev`'s
-// CPU at full load plus a kilobyte of garbage per event (docs/performance.md,
-// Round 17).
+// CPU at full load (docs/performance.md, Round 17).
 func NewEvent(a Attrs, data func() []byte) *Event {
 	return &Event{Attrs: a, data: data}
 }
