@@ -8,12 +8,26 @@ import (
 	"github.com/ferryhq/ferry/events/schema"
 )
 
-// reporter coalesces a job's progress reports into at most one progress
-// event per Config.ProgressInterval (always sending the last report) and
-// sends a heartbeat every Config.Heartbeat. Its loop (a goroutine, a
-// ticker and three channels) starts only at the first report or the first
-// heartbeat: most jobs end before either, and then cost one timer.
+// reporter sends what an attempt reports while it runs: its started event,
+// at most one progress event per Config.ProgressInterval (always sending
+// the last report) and a heartbeat every Config.Heartbeat. Its loop (a
+// goroutine, a ticker and three channels) starts only at the first report
+// or the first heartbeat: most jobs end before either, and then cost two
+// timers.
+//
+// The started event waits up to Config.StartedDelay, and goes out before
+// anything else the attempt produces (a progress event, a heartbeat, its
+// outcome): a job that ends within the delay has its started and its
+// outcome produced together, so the broker, the scheduler, the projections
+// and the sse-bridge each take them in one request, one fetch and one
+// batch, and the scheduler's lease renewal for the start is dropped for
+// the outcome that follows it (docs/performance.md, Round 17). Its
+// started_at is the handler's start whenever it is sent.
 type reporter struct {
+	startedOnce  sync.Once
+	startedTimer *time.Timer
+	sendStarted  func()
+
 	mu      sync.Mutex
 	percent float64
 	message string
@@ -29,8 +43,15 @@ type reporter struct {
 	exited chan struct{}
 }
 
-func (s *Service) startReporter(ctx context.Context, d schema.Dispatch) *reporter {
-	r := &reporter{}
+// startReporter starts the reporter of dispatch d; sendStarted produces
+// its started event.
+func (s *Service) startReporter(ctx context.Context, d schema.Dispatch, sendStarted func()) *reporter {
+	r := &reporter{sendStarted: sendStarted}
+	if s.cfg.StartedDelay > 0 {
+		r.startedTimer = time.AfterFunc(s.cfg.StartedDelay, r.flushStarted)
+	} else {
+		r.flushStarted()
+	}
 	r.start = func(heartbeat bool) {
 		r.notify, r.done, r.exited = make(chan struct{}, 1), make(chan struct{}), make(chan struct{})
 		go r.loop(ctx, s, d, heartbeat)
@@ -42,6 +63,9 @@ func (s *Service) startReporter(ctx context.Context, d schema.Dispatch) *reporte
 	})
 	return r
 }
+
+// flushStarted sends the started event unless it was sent.
+func (r *reporter) flushStarted() { r.startedOnce.Do(r.sendStarted) }
 
 // startLocked starts the loop unless it runs or stop began; heartbeat
 // says it starts with a heartbeat (the first one is due).
@@ -78,8 +102,14 @@ func (r *reporter) last() float64 {
 	return r.percent
 }
 
-// stop flushes a pending report and waits for the loop, if it started, to end.
+// stop sends the started event if it waits, flushes a pending report and
+// waits for the loop, if it started, to end: the attempt's outcome is
+// produced after it.
 func (r *reporter) stop() {
+	if r.startedTimer != nil {
+		r.startedTimer.Stop()
+	}
+	r.flushStarted()
 	r.firstBeat.Stop()
 	r.mu.Lock()
 	r.stopped = true
@@ -109,6 +139,7 @@ func (r *reporter) loop(ctx context.Context, s *Service, d schema.Dispatch, hear
 			Percent: r.percent, Message: r.message, At: time.Now().UTC()}
 		r.dirty = false
 		r.mu.Unlock()
+		r.flushStarted()
 		s.produceAsync(ctx, p)
 		last = time.Now()
 	}

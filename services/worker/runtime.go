@@ -607,8 +607,8 @@ func (s *Service) execute(hardCtx, traceCtx context.Context, r *run, h HandlerFu
 		cancel(errJobCancelled)
 	}
 
-	s.produceAsync(traceCtx, &schema.Started{JobRef: d.JobRef, WorkerID: s.cfg.WorkerID, DispatchID: d.DispatchID, StartedAt: startedAt})
-	rep := s.startReporter(traceCtx, d)
+	started := &schema.Started{JobRef: d.JobRef, WorkerID: s.cfg.WorkerID, DispatchID: d.DispatchID, StartedAt: startedAt}
+	rep := s.startReporter(traceCtx, d, func() { s.produceAsync(traceCtx, started) })
 	job := NewJob(Job{
 		ID: d.JobID, TenantID: d.TenantID, Attempt: d.Attempt, Type: d.Job.Type, Queue: d.Job.Queue,
 		Payload: d.Job.Payload, Tags: d.Job.Tags, DispatchID: d.DispatchID,

@@ -55,6 +55,10 @@ type Config struct {
 	// ProgressInterval is the shortest gap between two progress events of
 	// one job; reports in between are coalesced. Defaults to 100ms.
 	ProgressInterval time.Duration
+	// StartedDelay is how long a job's started event may wait for the
+	// job's outcome, to be produced with it (reporter); negative sends it
+	// at once. Defaults to 10ms.
+	StartedDelay time.Duration
 	// StatusInterval is how often the worker announces its slots on the
 	// workers topic. Defaults to 1s.
 	StatusInterval time.Duration
@@ -107,6 +111,7 @@ func (c Config) WithDefaults() Config {
 	config.DefaultVar(&c.Grace, "FERRY_WORKER_GRACE")
 	config.DefaultVar(&c.Heartbeat, "FERRY_WORKER_HEARTBEAT")
 	config.Default(&c.ProgressInterval, 100*time.Millisecond)
+	config.Default(&c.StartedDelay, 10*time.Millisecond)
 	config.Default(&c.StatusInterval, time.Second)
 	config.Default(&c.MaxResultBytes, 64<<10)
 	config.Default(&c.RememberJobs, 100_000)

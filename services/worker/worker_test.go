@@ -498,3 +498,54 @@ func TestBuildPoolsRunsEveryPool(t *testing.T) {
 	d := b.dispatch("noop", nil)
 	b.completed(d)
 }
+
+// A job's started event waits at most StartedDelay for the job's outcome:
+// a job still running after it has its started event on Kafka while it
+// runs; one that reports progress first has it before that report is
+// needed; one that ends first has it produced with its outcome, never lost.
+func TestStartedEventWaitsAtMostTheDelay(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	release := make(chan struct{})
+	b.start(worker.Config{StartedDelay: time.Hour}, func(r *worker.Registry) {
+		r.Register("reports", func(ctx context.Context, job *worker.Job) (any, error) {
+			job.Progress(10, "first")
+			<-release
+			return nil, nil
+		})
+		r.Register("quick", func(ctx context.Context, job *worker.Job) (any, error) { return nil, nil })
+	})
+	reports := b.dispatch("reports", nil)
+	// An hour's delay: only the progress report can have sent it.
+	b.waitFor("started of the job that reported progress", ofJob[schema.Started](reports.JobID))
+	close(release)
+	b.completed(reports)
+
+	quick := b.dispatch("quick", nil)
+	b.completed(quick)
+	b.waitFor("started of the job that ended within the delay", ofJob[schema.Started](quick.JobID))
+}
+
+func TestStartedEventOfALongJobGoesOutAfterTheDelay(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	release := make(chan struct{})
+	defer close(release)
+	b.start(worker.Config{StartedDelay: 20 * time.Millisecond}, func(r *worker.Registry) {
+		r.Register("long", func(ctx context.Context, job *worker.Job) (any, error) {
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+			return nil, nil
+		})
+	})
+	d := b.dispatch("long", nil)
+	ev := b.waitFor("started while the handler runs", ofJob[schema.Started](d.JobID))
+	if st := ev.Data.(schema.Started); st.StartedAt.IsZero() || ev.Time.Sub(st.StartedAt) < 20*time.Millisecond {
+		t.Errorf("started event at %s for a start at %s: sent before the delay", ev.Time, st.StartedAt)
+	}
+	if n := len(b.all(ofJob[schema.Completed](d.JobID))); n != 0 {
+		t.Fatalf("%d completed events while the handler still runs", n)
+	}
+}

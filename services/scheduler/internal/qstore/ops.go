@@ -180,8 +180,12 @@ type Batch struct {
 	ops []op
 	// extends indexes the batch's lease renewals by job, so that a
 	// completion or failure of the same dispatch later in the batch drops
-	// its renewal: the slot is freed anyway.
+	// its renewal: the slot is freed anyway. endedBy is each job's
+	// dispatch that ended in the batch, so that a renewal of it that comes
+	// after its end (a poll takes the started and completed topics in no
+	// set order) is not added at all.
 	extends map[string][]int
+	endedBy map[string]string
 	dropped int
 }
 
@@ -200,6 +204,10 @@ func (b *Batch) ended(jobID, dispatchID string) {
 		}
 	}
 	delete(b.extends, jobID)
+	if b.endedBy == nil {
+		b.endedBy = map[string]string{}
+	}
+	b.endedBy[jobID] = dispatchID
 }
 
 // Enqueue adds an attempt. readyAt is recorded as the attempt's ready time
@@ -252,8 +260,12 @@ func (b *Batch) Trace(ref schema.JobRef, traceparent string) {
 	b.add(traceOp{JobID: ref.JobID, Attempt: ref.Attempt, TraceParent: traceparent})
 }
 
-// Extend renews the lease of the job's current dispatch (started, progress).
+// Extend renews the lease of the job's current dispatch (started, progress),
+// unless that dispatch ended earlier in the batch.
 func (b *Batch) Extend(jobID, dispatchID string) {
+	if d, ok := b.endedBy[jobID]; ok && d == dispatchID {
+		return
+	}
 	if b.extends == nil {
 		b.extends = map[string][]int{}
 	}

@@ -140,6 +140,31 @@ func TestEndedDispatchDropsItsRenewal(t *testing.T) {
 	}
 }
 
+// TestRenewalAfterItsEndIsDropped: a poll takes the started and completed
+// topics in no set order, so a started can follow its dispatch's completion
+// in one batch; its renewal is not added (the slot is freed anyway), while
+// a renewal of another dispatch of the job still is.
+func TestRenewalAfterItsEndIsDropped(t *testing.T) {
+	var batch Batch
+	batch.Complete("j1", "t1", "d1")
+	batch.Fail("j2", "d2", schema.ClassAppError)
+	batch.Extend("j1", "d1")
+	batch.Extend("j2", "d2")
+	batch.Extend("j1", "d9")
+	var codes []string
+	for _, o := range batch.ops {
+		if o != nil {
+			codes = append(codes, o.code())
+		}
+	}
+	if got := strings.Join(codes, ""); got != "CFS" || batch.Len() != 3 {
+		t.Fatalf("ops %s (len %d), want CFS", got, batch.Len())
+	}
+	if e, ok := batch.ops[2].(extendOp); !ok || e.DispatchID != "d9" {
+		t.Fatalf("kept renewal %+v, want d9's", batch.ops[2])
+	}
+}
+
 // TestJobLifecycleCost counts the Redis commands a plain job (no
 // flow-control fields) costs in the scheduler's scripts from enqueue to
 // completion, in batches of 100: the fast path of docs/performance.md's
