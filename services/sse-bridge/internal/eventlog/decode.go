@@ -110,14 +110,17 @@ func decodeRecord(r *kgo.Record, log *slog.Logger) (logEvent, bool) {
 // line is one line whatever the producer's formatting: renderWire compacts
 // the value unless it is compact already. It cannot fail for a decoded
 // record (Decode refuses a ce_time renderWire could not write); if it did,
-// the line says so instead of breaking the stream.
+// the line says so instead of breaking the stream. The function holds only
+// what the line needs (not the enqueued spec the log event carries), for as
+// long as the event is in the log unrendered.
 func wireLine(e logEvent, log *slog.Logger) func() []byte {
+	w := wireEvent{ID: e.id, Type: string(e.typ), Time: e.at.UTC(), JobID: e.job, TenantID: e.tenant,
+		Attempt: e.attempt, Data: e.value}
 	return func() []byte {
-		wire, err := renderWire(wireEvent{ID: e.id, Type: string(e.typ), Time: e.at.UTC(),
-			JobID: e.job, TenantID: e.tenant, Attempt: e.attempt, Data: e.value})
+		wire, err := renderWire(w)
 		if err != nil {
-			log.Warn("sse-bridge: cannot render an event", "ce_id", e.id, "err", err)
-			return []byte(`{"id":` + strconv.Quote(e.id) + `,"error":"unrenderable event"}`)
+			log.Warn("sse-bridge: cannot render an event", "ce_id", w.ID, "err", err)
+			return []byte(`{"id":` + strconv.Quote(w.ID) + `,"error":"unrenderable event"}`)
 		}
 		return wire
 	}
