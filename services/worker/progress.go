@@ -12,8 +12,9 @@ import (
 // at most one progress event per Config.ProgressInterval (always sending
 // the last report) and a heartbeat every Config.Heartbeat. Its loop (a
 // goroutine, a ticker and three channels) starts only at the first report
-// or the first heartbeat: most jobs end before either, and then cost two
-// timers.
+// or the first heartbeat: most jobs end before either, and then cost one
+// timer, which first waits for the started event's deadline and then for
+// the first heartbeat.
 //
 // The started event waits up to Config.StartedDelay, and goes out before
 // anything else the attempt produces (a progress event, a heartbeat, its
@@ -24,9 +25,8 @@ import (
 // the outcome that follows it (docs/performance.md, Round 17). Its
 // started_at is the handler's start whenever it is sent.
 type reporter struct {
-	startedOnce  sync.Once
-	startedTimer *time.Timer
-	sendStarted  func()
+	startedOnce sync.Once
+	sendStarted func()
 
 	mu      sync.Mutex
 	percent float64
@@ -35,8 +35,12 @@ type reporter struct {
 	// running says the loop was started; stopped that stop began (no
 	// loop starts after it).
 	running, stopped bool
-	firstBeat        *time.Timer
-	start            func(heartbeat bool)
+	// timer fires at the started event's deadline, then (beatArmed) at the
+	// first heartbeat, beatIn later.
+	timer     *time.Timer
+	beatArmed bool
+	beatIn    time.Duration
+	start     func(heartbeat bool)
 
 	notify chan struct{}
 	done   chan struct{}
@@ -47,21 +51,41 @@ type reporter struct {
 // its started event.
 func (s *Service) startReporter(ctx context.Context, d schema.Dispatch, sendStarted func()) *reporter {
 	r := &reporter{sendStarted: sendStarted}
-	if s.cfg.StartedDelay > 0 {
-		r.startedTimer = time.AfterFunc(s.cfg.StartedDelay, r.flushStarted)
-	} else {
-		r.flushStarted()
-	}
 	r.start = func(heartbeat bool) {
 		r.notify, r.done, r.exited = make(chan struct{}, 1), make(chan struct{}), make(chan struct{})
 		go r.loop(ctx, s, d, heartbeat)
 	}
-	r.firstBeat = time.AfterFunc(s.cfg.Heartbeat, func() {
-		r.mu.Lock()
+	first := s.cfg.Heartbeat
+	if delay := s.cfg.StartedDelay; delay > 0 && delay < first {
+		first, r.beatIn = delay, first-delay
+	} else {
+		r.flushStarted()
+		r.beatArmed = true
+	}
+	r.mu.Lock()
+	r.timer = time.AfterFunc(first, r.fire)
+	r.mu.Unlock()
+	return r
+}
+
+// fire is the timer's: at the started event's deadline it sends the event
+// and waits for the first heartbeat; at the first heartbeat it starts the
+// loop with one.
+func (r *reporter) fire() {
+	r.mu.Lock()
+	if r.beatArmed {
 		defer r.mu.Unlock()
 		r.startLocked(true)
-	})
-	return r
+		return
+	}
+	r.beatArmed = true
+	r.mu.Unlock()
+	r.flushStarted()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.stopped {
+		r.timer.Reset(r.beatIn)
+	}
 }
 
 // flushStarted sends the started event unless it was sent.
@@ -106,15 +130,12 @@ func (r *reporter) last() float64 {
 // waits for the loop, if it started, to end: the attempt's outcome is
 // produced after it.
 func (r *reporter) stop() {
-	if r.startedTimer != nil {
-		r.startedTimer.Stop()
-	}
-	r.flushStarted()
-	r.firstBeat.Stop()
 	r.mu.Lock()
 	r.stopped = true
+	r.timer.Stop()
 	running := r.running
 	r.mu.Unlock()
+	r.flushStarted()
 	if running {
 		close(r.done)
 		<-r.exited

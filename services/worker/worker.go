@@ -56,8 +56,8 @@ type Config struct {
 	// one job; reports in between are coalesced. Defaults to 100ms.
 	ProgressInterval time.Duration
 	// StartedDelay is how long a job's started event may wait for the
-	// job's outcome, to be produced with it (reporter); negative sends it
-	// at once. Defaults to 10ms.
+	// job's outcome, to be produced with it (reporter); negative, or not
+	// shorter than Heartbeat, sends it at once. Defaults to 10ms.
 	StartedDelay time.Duration
 	// StatusInterval is how often the worker announces its slots on the
 	// workers topic. Defaults to 1s.
