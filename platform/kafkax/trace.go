@@ -17,10 +17,11 @@ var propagateOnly atomic.Bool
 // recorded (the telemetry package sets it when it installs a NeverSample
 // tracer provider because nothing would receive spans). Then the hooks only
 // propagate the trace context, instead of starting and ending a
-// non-recording kotel span per produced and fetched record: a fetched
-// record's Context carries the producer's span context, and a record
+// non-recording kotel span per produced and fetched record: RecordContext
+// of a fetched record carries the producer's span context, and a record
 // produced under a context with a valid span context gets that traceparent,
-// so a job keeps one trace id across every hop as before. A record produced
+// so a job keeps one trace id across every hop as before (a fetched
+// record's trace is read from its header by RecordContext). A record produced
 // without a span context still goes through kotel, which starts a new
 // (unrecorded) root so the trace id exists.
 func SetPropagateOnly(on bool) { propagateOnly.Store(on) }
@@ -31,6 +32,26 @@ func PropagateOnly() bool { return propagateOnly.Load() }
 
 // processTracer starts the process spans of ProcessSpan's fast path.
 var processTracer = otel.Tracer("github.com/ferryhq/ferry/platform/kafkax")
+
+// RecordContext is the context a fetched record's trace continues from:
+// the span context of its traceparent header. When spans are recorded,
+// kotel's fetch hook has put it (with the fetch span) in r.Context; when
+// none ever is (PropagateOnly), the fetch hook leaves r.Context alone and
+// the header is parsed here, only for the records whose trace a consumer
+// continues (a worker's dispatch, a scheduler's enqueued, its decisions):
+// parsing it for every fetched record of every consumer cost ~2.7 % of
+// `ferry dev`'s CPU at full load (docs/performance.md, Round 18). The
+// context is kept in r.Context, so a second call parses nothing; like any
+// use of a fetched record, it belongs to the one goroutine handling r.
+func RecordContext(r *kgo.Record) context.Context {
+	if r.Context == nil {
+		r.Context = context.Background()
+		if propagateOnly.Load() {
+			r.Context = otel.GetTextMapPropagator().Extract(r.Context, kotel.NewRecordCarrier(r))
+		}
+	}
+	return r.Context
+}
 
 // ProcessSpan is t.WithProcessSpan(r): the span of a consumer's work on r,
 // a child of the span context r carries, so what the work produces stays
@@ -43,11 +64,7 @@ func ProcessSpan(t *kotel.Tracer, r *kgo.Record) (context.Context, trace.Span) {
 	if !propagateOnly.Load() {
 		return t.WithProcessSpan(r)
 	}
-	ctx := r.Context
-	if ctx == nil {
-		ctx = context.Background()
-	}
-	return processTracer.Start(ctx, "process", trace.WithSpanKind(trace.SpanKindConsumer))
+	return processTracer.Start(RecordContext(r), "process", trace.WithSpanKind(trace.SpanKindConsumer))
 }
 
 // hooks wraps kotel's tracer hooks with the propagate-only fast path.
@@ -79,13 +96,11 @@ func (h hooks) OnProduceRecordUnbuffered(r *kgo.Record, err error) {
 	h.t.OnProduceRecordUnbuffered(r, err)
 }
 
+// OnFetchRecordBuffered starts kotel's fetch span; when no span is ever
+// recorded it does nothing: RecordContext reads the trace when a consumer
+// needs it.
 func (h hooks) OnFetchRecordBuffered(r *kgo.Record) {
 	if propagateOnly.Load() {
-		ctx := r.Context
-		if ctx == nil {
-			ctx = context.Background()
-		}
-		r.Context = otel.GetTextMapPropagator().Extract(ctx, kotel.NewRecordCarrier(r))
 		return
 	}
 	h.t.OnFetchRecordBuffered(r)

@@ -38,7 +38,7 @@ func (t tracer) start(recs []*kgo.Record) []trace.Span {
 	}
 	var spans []trace.Span
 	for _, r := range recs {
-		if r.Context == nil || !trace.SpanContextFromContext(r.Context).IsSampled() {
+		if !trace.SpanContextFromContext(kafkax.RecordContext(r)).IsSampled() {
 			continue
 		}
 		_, span := t.kt.WithProcessSpan(r)

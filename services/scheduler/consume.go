@@ -138,7 +138,7 @@ func (s *Service) process(ctx context.Context, recs []*kgo.Record) error {
 			if err := b.Enqueue(d, ev.Time); err != nil {
 				s.log.Warn("skipping enqueued", "job_id", d.JobID, "err", err)
 			}
-			b.Trace(d.JobRef, telemetry.TraceParent(r.Context)) // the dispatch continues this trace (observe.go)
+			b.Trace(d.JobRef, telemetry.TraceParent(kafkax.RecordContext(r))) // the dispatch continues this trace (observe.go)
 		case schema.Started:
 			b.Extend(d.JobID, d.DispatchID)
 		case schema.Progress:

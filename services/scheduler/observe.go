@@ -13,6 +13,7 @@ import (
 
 	"github.com/ferryhq/ferry/events/schema"
 	"github.com/ferryhq/ferry/platform/jobs"
+	"github.com/ferryhq/ferry/platform/kafkax"
 	"github.com/ferryhq/ferry/platform/telemetry"
 	"github.com/ferryhq/ferry/services/scheduler/internal/qstore"
 )
@@ -150,10 +151,8 @@ func traceDecisions(ctx context.Context, in, out []*kgo.Record) {
 	}
 	byJob := make(map[string]trace.Span, len(out))
 	for _, r := range in {
-		if r.Context != nil {
-			if sp := trace.SpanFromContext(r.Context); sp.SpanContext().IsValid() {
-				byJob[string(r.Key)] = sp
-			}
+		if sp := trace.SpanFromContext(kafkax.RecordContext(r)); sp.SpanContext().IsValid() {
+			byJob[string(r.Key)] = sp
 		}
 	}
 	for _, o := range out {

@@ -9,6 +9,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/propagation"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/ferryhq/ferry/events/schema"
@@ -246,6 +248,44 @@ func TestRebuildKeepsTheTrace(t *testing.T) {
 	})
 	if got := jobTP(); got != tp {
 		t.Fatalf("rebuilt job's traceparent = %q, want %q", got, tp)
+	}
+	cancel()
+	if err := sched.Wait(); err != nil {
+		t.Fatalf("scheduler Run: %v", err)
+	}
+}
+
+// TestConsumedEnqueuedKeepsItsTrace: when no span is ever recorded (the
+// default without an OTLP endpoint), the consumer's fetch hook no longer
+// parses each record's traceparent (kafkax.RecordContext does, on demand);
+// a consumed enqueued record's trace must still reach its job, which its
+// dispatch continues.
+func TestConsumedEnqueuedKeepsItsTrace(t *testing.T) {
+	prev := otel.GetTextMapPropagator()
+	otel.SetTextMapPropagator(propagation.TraceContext{})
+	kafkax.SetPropagateOnly(true)
+	t.Cleanup(func() { otel.SetTextMapPropagator(prev); kafkax.SetPropagateOnly(false) })
+	e := newEnv(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var sched errgroup.Group
+	e.scheduler(ctx, &sched, scheduler.Config{Lease: 30 * time.Second, EpochCheck: 100 * time.Millisecond})
+	rdb := e.rdb()
+	testenv.WaitFor(t, 30*time.Second, "the start-up rebuild", func() bool { return rdb.Exists(ctx, "ferry:sched:epoch").Val() == 1 })
+
+	const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	rec, err := schema.NewRecord(e.topics.Lifecycle(schema.EventEnqueued), "ferry/api", enqueued("consumed", time.Now().Add(time.Hour), false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: schema.HeaderTraceParent, Value: []byte(tp)})
+	if err := kafkax.ProduceAll(ctx, e.client(), rec); err != nil {
+		t.Fatal(err)
+	}
+	jobTP := func() string { v, _ := rdb.HGet(ctx, "ferry:sched:job:consumed", "tp").Result(); return v }
+	testenv.WaitFor(t, 30*time.Second, "the consumed job", func() bool { return rdb.Exists(ctx, "ferry:sched:job:consumed").Val() == 1 })
+	if got := jobTP(); got != tp {
+		t.Fatalf("consumed job's traceparent = %q, want %q", got, tp)
 	}
 	cancel()
 	if err := sched.Wait(); err != nil {

@@ -524,7 +524,7 @@ func (s *Service) process(hardCtx context.Context, q queued) {
 // start runs dispatch d (of record q) that is due: admission, then the
 // handler and its outcome.
 func (s *Service) start(hardCtx context.Context, q queued, d schema.Dispatch) {
-	log := s.jobLogger(d.JobRef, q.rec.Context, d.DispatchID)
+	log := s.jobLogger(d.JobRef, kafkax.RecordContext(q.rec), d.DispatchID)
 	r, h := s.admit(hardCtx, q, d, log)
 	if r == nil {
 		return
