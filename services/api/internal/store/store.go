@@ -671,7 +671,8 @@ func (q *listQuery) filters(f Filter) {
 		q.Conds = append(q.Conds, "queue = "+q.Arg(f.Queue))
 	}
 	if len(f.Tags) > 0 {
-		q.Conds = append(q.Conds, "tags @> "+q.Arg(f.Tags)+"::text[]")
+		// tags <> '{}' is jobs_tagged's predicate, implied by a non-empty filter.
+		q.Conds = append(q.Conds, "tags @> "+q.Arg(f.Tags)+"::text[] AND tags <> '{}'")
 	}
 	if f.CreatedFrom != nil {
 		q.Conds = append(q.Conds, "created_at >= "+q.Arg(*f.CreatedFrom))
