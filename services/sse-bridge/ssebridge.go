@@ -282,14 +282,18 @@ func (s *Service) registerLogGauges() (func(), error) {
 const lagGroup = "ferry-sse-log"
 
 // logFetchMinBytes and logFetchMaxWait batch the log's fetches: the broker
-// answers once 64 KiB wait or 20 ms have passed, instead of on every
+// answers once 64 KiB wait or 50 ms have passed, instead of on every
 // produced record. At 1,000 jobs/s (four records each) a fetch per record
 // woke this consumer thousands of times a second, and the broker and this
-// process paid a request for each; 20 ms more before a stream shows an
-// event is nothing a person watching it notices.
+// process paid a request for each; 50 ms more before a stream shows an
+// event is nothing a person watching it notices. At 1,000 jobs/s 64 KiB
+// come in ~16 ms; when little happens, the wait is what an idle stack
+// pays for: 20 ms (this fetch 50 times a second, over every lifecycle
+// partition) cost an idle `ferry dev` ~30 % more CPU than 50 ms
+// (docs/performance.md, Round 18).
 const (
 	logFetchMinBytes = 64 << 10
-	logFetchMaxWait  = 20 * time.Millisecond
+	logFetchMaxWait  = 50 * time.Millisecond
 )
 
 // newConsumerClient returns a client that reads every lifecycle partition,
