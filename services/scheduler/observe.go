@@ -144,19 +144,27 @@ func (s *Service) countDeadLetter(ctx context.Context, t qstore.Template, class 
 
 // traceDecisions gives each decision record (retry, dead letter, stop of a
 // superseded copy) the trace of the consumed record of the same job, so the
-// job's trace goes on through the scheduler's decisions.
+// job's trace goes on through the scheduler's decisions. Only the consumed
+// records of jobs with a decision have their trace read (RecordContext
+// parses it): a batch of hundreds holds a few failures.
 func traceDecisions(ctx context.Context, in, out []*kgo.Record) {
 	if len(out) == 0 {
 		return
 	}
 	byJob := make(map[string]trace.Span, len(out))
+	for _, o := range out {
+		byJob[string(o.Key)] = nil
+	}
 	for _, r := range in {
+		if _, decided := byJob[string(r.Key)]; !decided {
+			continue
+		}
 		if sp := trace.SpanFromContext(kafkax.RecordContext(r)); sp.SpanContext().IsValid() {
 			byJob[string(r.Key)] = sp
 		}
 	}
 	for _, o := range out {
-		if sp, ok := byJob[string(o.Key)]; ok {
+		if sp := byJob[string(o.Key)]; sp != nil {
 			o.Context = trace.ContextWithSpan(ctx, sp)
 		}
 	}

@@ -214,6 +214,23 @@ func TestRedisBackInTime(t *testing.T) {
 	s.checkOnce(t)
 }
 
+// tracedParent is the traceparent produceTraced gives a job's enqueued record.
+const tracedParent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+// produceTraced produces the enqueued record of job id, due in an hour,
+// carrying tracedParent, with this test's client (no tracing hooks).
+func (e *env) produceTraced(ctx context.Context, t *testing.T, id string) {
+	t.Helper()
+	rec, err := schema.NewRecord(e.topics.Lifecycle(schema.EventEnqueued), "ferry/api", enqueued(id, time.Now().Add(time.Hour), false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: schema.HeaderTraceParent, Value: []byte(tracedParent)})
+	if err := kafkax.ProduceAll(ctx, e.client(), rec); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestRebuildKeepsTheTrace: a job the rebuild takes in from the log keeps
 // its enqueued record's traceparent, so its dispatch continues the job's
 // trace as it does after a consumed enqueued record. The record is in the
@@ -224,15 +241,7 @@ func TestRebuildKeepsTheTrace(t *testing.T) {
 	e := newEnv(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
-	rec, err := schema.NewRecord(e.topics.Lifecycle(schema.EventEnqueued), "ferry/api", enqueued("traced", time.Now().Add(time.Hour), false))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: schema.HeaderTraceParent, Value: []byte(tp)})
-	if err := kafkax.ProduceAll(ctx, e.client(), rec); err != nil {
-		t.Fatal(err)
-	}
+	e.produceTraced(ctx, t, "traced")
 	var sched errgroup.Group
 	e.scheduler(ctx, &sched, scheduler.Config{Lease: 30 * time.Second, EpochCheck: 100 * time.Millisecond})
 
@@ -246,8 +255,8 @@ func TestRebuildKeepsTheTrace(t *testing.T) {
 		ep, _ := rdb.Get(ctx, "ferry:sched:epoch").Result()
 		return ep != "" && rdb.Exists(ctx, "ferry:sched:job:traced").Val() == 1
 	})
-	if got := jobTP(); got != tp {
-		t.Fatalf("rebuilt job's traceparent = %q, want %q", got, tp)
+	if got := jobTP(); got != tracedParent {
+		t.Fatalf("rebuilt job's traceparent = %q, want %q", got, tracedParent)
 	}
 	cancel()
 	if err := sched.Wait(); err != nil {
@@ -273,19 +282,11 @@ func TestConsumedEnqueuedKeepsItsTrace(t *testing.T) {
 	rdb := e.rdb()
 	testenv.WaitFor(t, 30*time.Second, "the start-up rebuild", func() bool { return rdb.Exists(ctx, "ferry:sched:epoch").Val() == 1 })
 
-	const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
-	rec, err := schema.NewRecord(e.topics.Lifecycle(schema.EventEnqueued), "ferry/api", enqueued("consumed", time.Now().Add(time.Hour), false))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: schema.HeaderTraceParent, Value: []byte(tp)})
-	if err := kafkax.ProduceAll(ctx, e.client(), rec); err != nil {
-		t.Fatal(err)
-	}
+	e.produceTraced(ctx, t, "consumed")
 	jobTP := func() string { v, _ := rdb.HGet(ctx, "ferry:sched:job:consumed", "tp").Result(); return v }
 	testenv.WaitFor(t, 30*time.Second, "the consumed job", func() bool { return rdb.Exists(ctx, "ferry:sched:job:consumed").Val() == 1 })
-	if got := jobTP(); got != tp {
-		t.Fatalf("consumed job's traceparent = %q, want %q", got, tp)
+	if got := jobTP(); got != tracedParent {
+		t.Fatalf("consumed job's traceparent = %q, want %q", got, tracedParent)
 	}
 	cancel()
 	if err := sched.Wait(); err != nil {
