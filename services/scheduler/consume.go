@@ -175,9 +175,7 @@ func (s *Service) process(ctx context.Context, recs []*kgo.Record) error {
 	if err != nil {
 		return err
 	}
-	if res.Wake {
-		s.wakeAll()
-	}
+	s.wakePools(res.Wake)
 	out, err := s.decisions(res, failed, now)
 	if err != nil {
 		return err

@@ -240,9 +240,7 @@ func (s *Service) step(ctx context.Context, pool string, prefetch int, done func
 				s.log.Error("dispatch step: settling produce results", "pool", pool, "err", err)
 				return
 			}
-			if ar.Wake {
-				s.wakeAll()
-			}
+			s.wakePools(ar.Wake)
 		}
 	}
 	s.produces.Add(1)

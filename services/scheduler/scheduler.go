@@ -156,7 +156,16 @@ func (s *Service) Run(ctx context.Context) error {
 
 // wakeAll makes every dispatch loop run a step at once.
 func (s *Service) wakeAll() {
-	for _, ch := range s.wake {
+	s.wakePools(qstore.Wake{All: true})
+}
+
+// wakePools makes the dispatch loops w names run a step at once; a loop
+// already woken runs one step for all its wakes.
+func (s *Service) wakePools(w qstore.Wake) {
+	for pool, ch := range s.wake {
+		if !w.Has(pool) {
+			continue
+		}
 		select {
 		case ch <- struct{}{}:
 		default:

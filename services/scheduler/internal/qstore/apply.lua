@@ -6,8 +6,9 @@
 -- so a Go encoder and this script cannot drift apart silently) and its
 -- arguments (the op structs of ops.go encode them). Returns {wake,
 -- n_failed, failed templates (id + 8 fields)..., superseded (4 fields
--- each)...} (decoded by reply.go) where wake is 1 when something may now be
--- dispatchable, failed templates are the failed attempts the Go side must
+-- each)...} (decoded by reply.go) where wake names the pools where something
+-- may now be dispatchable (space-separated, '*' for every pool, '' for
+-- none: wake_reply), failed templates are the failed attempts the Go side must
 -- decide on, and superseded are jobs completed by an older dispatch while a
 -- newer one was in flight (id, tenant, attempt, current dispatch id).
 local P = ARGV[1]
@@ -17,8 +18,37 @@ local ttl = tonumber(ARGV[4])
 if ARGV[5] == '1' and redis.call('EXISTS', P .. 'epoch') == 0 then
   return redis.error_reply('NOEPOCH scheduler state lost; rebuild required')
 end
-local out = {0, 0}
+local out = {'', 0}
 local sup = {}
+
+-- The dispatch loops this call wakes (out[1], wake_reply): the pools where
+-- a job may have become dispatchable or a slot was freed, or every pool
+-- ('*') after a gate change, which may admit jobs of any pool. A dispatch
+-- step costs Redis ~100 µs even when it finds nothing (docs/performance.md,
+-- Round 19), so a loop is woken for its own pool only, and a freed slot
+-- wakes it only when work is waiting there (wake_if_waiting).
+local woken, wake_every, waiting_checked = {}, false, {}
+local function wake(pool)
+  if pool and pool ~= '' then woken[pool] = true else wake_every = true end
+end
+
+-- wake_if_waiting wakes pool when a tenant has ready work in it (its
+-- active set, fair.lua, holds every tenant with a ready job): a slot freed
+-- in a pool with nothing ready makes nothing dispatchable. Whatever makes
+-- a job ready in this call wakes its pool itself, so one look per pool is
+-- enough.
+local function wake_if_waiting(pool)
+  if not pool or woken[pool] or waiting_checked[pool] then return end
+  waiting_checked[pool] = true
+  if redis.call('EXISTS', P .. 'pool:' .. pool .. ':active') == 1 then woken[pool] = true end
+end
+
+local function wake_reply()
+  if wake_every then return '*' end
+  local pools = {}
+  for pool in pairs(woken) do pools[#pools + 1] = pool end
+  return table.concat(pools, ' ')
+end
 
 local function ready_key(q) return P .. 'q:' .. q .. ':ready' end
 local function delayed_key(q) return P .. 'q:' .. q .. ':delayed' end
@@ -75,11 +105,12 @@ end
 -- unindex takes a job out of every index it may be in. f holds the job's
 -- state, pool, tenant, ck, gk, probe and held fields (nil: read them). A job in
 -- flight without flow-control fields (the common completion) is only in
--- its pool's lease sets and its tenant's running set.
+-- its pool's lease sets and its tenant's running set: then unindex returns
+-- true (it freed a slot of f.pool and left no gate).
 local function unindex(jk, id, f)
   if f and f.state == 'inflight' and (f.ck or '') == '' and (f.gk or '') == '' and (f.probe or '') == '' and f.pool then
     end_run(f.pool, f.tenant, id, f.held == '1')
-    return
+    return true
   end
   fair_unindex(jk, id)
   route_unpark(jk, id)
@@ -177,6 +208,7 @@ ops.E = function(o)
     if st ~= 'failed' then
       flush_added()
       unindex(jk, id)
+      wake() -- it left its gates (gate_leave), which may admit jobs of any pool
     end
     redis.call('PERSIST', jk)
   end
@@ -204,7 +236,7 @@ ops.E = function(o)
     fair_activate(pool, tenant)
   end
   fair_index(pool, q, tenant)
-  out[1] = 1
+  wake(pool)
 end
 
 -- S id dispatch_id hold_ms: started/progress extend the current
@@ -242,6 +274,7 @@ ops.C = function(o)
     ck = v[8], gk = v[9], est = v[10], cw = v[11], held = v[12]}
   if f.state == 'done' then return end
   fair_settle(jk, did, tonumber(ARGV[o + 3]) or 0, tonumber(ARGV[o + 4]) or 0, f)
+  local probe = f.probe == '1' -- a breaker's probe: its success may close the breaker
   if f.probe == '1' and f.tenant then
     gate_succeeded(jk, f.tenant, f.type or '', now)
     f.probe = nil -- gate_succeeded dropped the probe mark
@@ -252,9 +285,10 @@ ops.C = function(o)
     sup[#sup + 1] = f.attempt or '0'
     sup[#sup + 1] = f.did
   end
-  if f.state then unindex(jk, id, f) end
+  if f.state then
+    if unindex(jk, id, f) and not probe then wake_if_waiting(f.pool) else wake() end
+  end
   terminal(jk, 'done', tenant)
-  out[1] = 1
 end
 
 -- F id dispatch_id class started_ms finished_ms: the current dispatch
@@ -279,7 +313,13 @@ ops.F = function(o)
     -- held mark existed.
     end_run(f.pool, f.tenant, id, true)
     if class ~= 'worker_lost' then gate_run_failed(jk, id, did, class, f.tenant, f.type, v[6], v[7], now) end
-    out[1] = 1
+    if class == 'worker_lost' then
+      wake(f.pool) -- it is ready again, below
+    elseif v[6] == '1' or (v[7] or '') ~= '' then
+      wake() -- its concurrency slot or probe was given up (gate_run_failed)
+    else
+      wake_if_waiting(f.pool)
+    end
     if st == 'cancelled' or class == 'cancelled' then
       terminal(jk, 'cancelled', f.tenant)
     elseif class == 'worker_lost' then
@@ -331,7 +371,7 @@ ops.W = function(o)
       end
       route_set(pool, w, ARGV[o + 5])
     end
-    out[1] = 1
+    wake(pool)
   end
 end
 
@@ -344,7 +384,7 @@ local function requeue_lost(id, match)
     redis.call('ZREM', inflight_key(f[4]), id)
     fair_unrun(jk, id)
     fair_make_ready(jk, id, true, nil, false)
-    out[1] = 1
+    wake(f[4])
   end
 end
 
@@ -423,5 +463,6 @@ end
 flush_added()
 flush_ended()
 fair_flush()
+out[1] = wake_reply()
 for _, v in ipairs(sup) do out[#out + 1] = v end
 return out

@@ -288,8 +288,9 @@ type Template struct {
 
 // ApplyResult is the outcome of Apply.
 type ApplyResult struct {
-	// Wake is true when a job may have become dispatchable or a slot was freed.
-	Wake bool
+	// Wake names the dispatch loops to run a step: the pools where a job
+	// may have become dispatchable or a slot was freed.
+	Wake Wake
 	// Failed are the failed attempts that need a retry decision.
 	Failed []Template
 	// Superseded are jobs that completed by another dispatch than the one

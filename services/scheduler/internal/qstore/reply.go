@@ -9,7 +9,9 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -117,6 +119,35 @@ func (r *replyReader) expiredTemplate() (Template, error) {
 	return w.template()
 }
 
+// Wake names the dispatch loops an Apply should wake (apply.lua's
+// wake_reply): a pool's loop runs a step that costs Redis ~100 µs even when
+// it finds nothing, so only the pools where a job may have become
+// dispatchable or a slot was freed with work waiting, or every pool (All)
+// after a gate change, which may admit jobs of any pool.
+type Wake struct {
+	All   bool
+	Pools []string
+}
+
+// Any reports whether any loop should run a step.
+func (w Wake) Any() bool { return w.All || len(w.Pools) > 0 }
+
+// Has reports whether pool's loop should run a step.
+func (w Wake) Has(pool string) bool { return w.All || slices.Contains(w.Pools, pool) }
+
+// add merges one apply call's wake reply: '*', or space-separated pools.
+func (w *Wake) add(reply string) {
+	if reply == "*" {
+		w.All = true
+		return
+	}
+	for pool := range strings.FieldsSeq(reply) {
+		if !slices.Contains(w.Pools, pool) {
+			w.Pools = append(w.Pools, pool)
+		}
+	}
+}
+
 // decodeApplyReply adds one apply call's reply to res: {wake, n_failed,
 // failed templates..., superseded entries...}.
 func decodeApplyReply(v []any, res *ApplyResult) error {
@@ -124,9 +155,7 @@ func decodeApplyReply(v []any, res *ApplyResult) error {
 	if r.left() < 2 {
 		return nil
 	}
-	if r.int() == 1 {
-		res.Wake = true
-	}
+	res.Wake.add(r.str())
 	for range r.int() {
 		t, err := r.failedTemplate()
 		if err != nil {
