@@ -150,3 +150,45 @@ func BenchmarkScriptFixedCost(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkDispatchStepByWorkers is what an idle dispatch step costs Redis
+// with 1, 16 and 64 live workers in its pool, each announcing its routing
+// (four job types, its share of 64 partitions): the step builds the
+// pool's route table from every live worker's routing (route.lua), one
+// read and one JSON decode per worker per step, so the step's fixed cost
+// grows with the workers of a pool (docs/scaling.md).
+//
+//	go test -run '^$' -bench DispatchStepByWorkers ./internal/qstore
+func BenchmarkDispatchStepByWorkers(b *testing.B) {
+	for _, workers := range []int{1, 16, 64} {
+		b.Run("workers="+strconv.Itoa(workers), func(b *testing.B) {
+			ctx := context.Background()
+			rdb, s := openStore(b, Options{Lease: 10 * time.Second, Prefix: fmt.Sprintf("workers%d:%d:", workers, time.Now().UnixNano())})
+			now := time.Now()
+			var batch Batch
+			for w := range workers {
+				var parts []int32
+				for p := w; p < 64; p += workers {
+					parts = append(parts, int32(p))
+				}
+				batch.Worker(schema.WorkerStatus{WorkerID: fmt.Sprintf("w%d", w), Pool: schema.PoolShort, Slots: 10, At: now,
+					Routing: &schema.WorkerRouting{Types: []string{"noop", "email", "report", "http"}, Partitions: parts}}, now.Add(time.Hour))
+			}
+			if _, err := s.Apply(ctx, now, &batch); err != nil {
+				b.Fatal(err)
+			}
+			args := s.dispatchArgs(DispatchParams{Pool: schema.PoolShort, Now: now, MaxBatch: 512, DispatchIDPrefix: "x"})
+			before := scriptStats(b, rdb)
+			calls := 0
+			for b.Loop() {
+				if err := dispatchScript.Run(ctx, rdb, nil, args...).Err(); err != nil {
+					b.Fatal(err)
+				}
+				calls++
+			}
+			after := scriptStats(b, rdb)
+			b.ReportMetric((after["evalsha_usec"]-before["evalsha_usec"])/float64(calls), "redis-µs/call")
+			b.ReportMetric((after["nested_calls"]-before["nested_calls"])/float64(calls), "commands/call")
+		})
+	}
+}

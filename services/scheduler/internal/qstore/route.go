@@ -26,6 +26,7 @@ package qstore
 // Keys, under the prefix P, in addition to those of qstore.go and fair.go:
 //
 //	P pool:<pool>:wroute                    HASH worker id → routing JSON {types, partitions}
+//	P pool:<pool>:rtable                    STRING the route table the live workers' routing makes (JSON {legacy, by: type → partitions}), kept until a worker comes, goes or changes it
 //	P pool:<pool>:parked                    ZSET parked jobs by ready score
 //	P pool:<pool>:parked:t:<type>           ZSET the parked jobs of a type, by ready score
 //	P pool:<pool>:parked:na                 ZSET parked jobs with a not_after, by it (ms)

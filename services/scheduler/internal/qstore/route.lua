@@ -7,28 +7,55 @@ local ROUTE_PARK_MAX = 1000
 
 local function route_pp(pool) return RP .. 'pool:' .. pool end
 
+-- route_changed drops pool's route table kept for the dispatch steps
+-- (route_table): a worker came, went, or announced other routing.
+local function route_changed(pool) redis.call('DEL', route_pp(pool) .. ':rtable') end
+
 -- route_set stores (or, for an empty routing, forgets) what worker w of
--- pool announced it routes: a JSON object {types, partitions}.
+-- pool announced it routes: a JSON object {types, partitions}. A worker
+-- repeats its routing in every announcement; only a change (or a new
+-- worker) drops the kept route table. A worker without routing may be new
+-- at any announcement (nothing records it but the workers set), so its
+-- announcements always drop it: such workers predate routing, and the
+-- table is only rebuilt while they run.
 local function route_set(pool, w, routing)
+  local k = route_pp(pool) .. ':wroute'
   if routing == '' then
-    redis.call('HDEL', route_pp(pool) .. ':wroute', w)
-  else
-    redis.call('HSET', route_pp(pool) .. ':wroute', w, routing)
+    redis.call('HDEL', k, w)
+    route_changed(pool)
+  elseif redis.call('HGET', k, w) ~= routing then
+    redis.call('HSET', k, w, routing)
+    route_changed(pool)
   end
 end
 
 -- route_forget drops a worker that stopped or went silent.
-local function route_forget(pool, w) redis.call('HDEL', route_pp(pool) .. ':wroute', w) end
+local function route_forget(pool, w)
+  redis.call('HDEL', route_pp(pool) .. ':wroute', w)
+  route_changed(pool)
+end
 
 -- route_table reads the live workers' routing of pool: for each type, the
 -- partitions owned by a live worker handling it (a partition claimed by two
 -- workers during a rebalance belongs to the later announcement), and
 -- whether a live worker announced no routing (a worker from before
 -- routing: it takes every type, on the partition its job id hashes to).
+-- The table is kept in P pool:<pool>:rtable until a worker comes, goes or
+-- changes its routing (route_changed), so a step reads one key instead of
+-- every live worker's routing (one read and one JSON decode per worker:
+-- with 64 workers ~170 µs of Redis per step, BenchmarkDispatchStepByWorkers).
+-- While two workers claim one partition (a rebalance) the owner depends on
+-- which announced last, so the table is then built anew each step.
 local function route_table(pool)
   local pp = route_pp(pool)
+  local kept = redis.call('GET', pp .. ':rtable')
+  if kept then
+    local t = cjson.decode(kept)
+    return {legacy = t.legacy, by = t.by, moved = 0, left = false}
+  end
   local rt = {legacy = false, by = {}, moved = 0, left = false}
   local owner, seen, routes = {}, {}, {}
+  local contended = false
   local ws = redis.call('ZRANGE', pp .. ':workers', 0, -1, 'WITHSCORES')
   for k = 1, #ws, 2 do
     local w, exp = ws[k], tonumber(ws[k + 1])
@@ -41,6 +68,7 @@ local function route_table(pool)
       if type(d.partitions) ~= 'table' then d.partitions = {} end
       if type(d.types) ~= 'table' then d.types = {} end
       for _, p in ipairs(d.partitions) do
+        if owner[p] then contended = true end
         if not owner[p] or exp > seen[p] then owner[p], seen[p] = w, exp end
       end
     end
@@ -56,6 +84,7 @@ local function route_table(pool)
     end
   end
   for _, l in pairs(rt.by) do table.sort(l) end
+  if not contended then redis.call('SET', pp .. ':rtable', cjson.encode({legacy = rt.legacy, by = rt.by})) end
   return rt
 end
 

@@ -179,3 +179,52 @@ func TestRouteRejectedDispatchRequeuesAtFront(t *testing.T) {
 		t.Fatalf("after the rejection: dispatched %v (attempt %d), want first again, same attempt", got, res.Dispatched[0].Attempt)
 	}
 }
+
+// The route table a dispatch step makes is kept for the next steps while
+// the workers and their routing stay the same, dropped when a worker
+// comes, goes or announces other routing, and not kept while two workers
+// claim one partition (the later announcement owns it, so it can change
+// with every announcement).
+func TestRouteTableKeptUntilRoutingChanges(t *testing.T) {
+	b := setup(t)
+	key := b.store.Prefix() + "pool:" + schema.PoolShort + ":rtable"
+	kept := func(step string, want bool) {
+		t.Helper()
+		n, err := b.rdb.Exists(b.ctx, key).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if (n == 1) != want {
+			t.Fatalf("%s: route table kept = %v, want %v", step, n == 1, want)
+		}
+	}
+	b.routed(t0, "builtin", []int32{0, 1}, "noop")
+	b.dispatch(t0, 0)
+	kept("after a step", true)
+	b.routed(t0.Add(time.Second), "builtin", []int32{0, 1}, "noop")
+	kept("after the same routing again", true)
+
+	b.routed(t0.Add(time.Second), "builtin", []int32{0, 1}, "noop", "report.build")
+	kept("after a routing change", false)
+	b.enqueue(t0, typed("r", "report.build", 5))
+	if res := b.dispatch(t0.Add(time.Second), 0); !slices.Equal(ids(res.Dispatched), []string{"r"}) {
+		t.Fatalf("dispatched %v, want the job of the newly routed type", ids(res.Dispatched))
+	}
+	kept("after the next step", true)
+
+	b.routed(t0.Add(2*time.Second), "reports", []int32{1}, "report.build")
+	kept("after a new worker", false)
+	b.dispatch(t0.Add(2*time.Second), 0)
+	kept("while two workers claim partition 1", false)
+
+	b.apply(t0.Add(3*time.Second), func(batch *Batch) {
+		batch.Worker(schema.WorkerStatus{WorkerID: "reports", Pool: schema.PoolShort, Stopping: true, At: t0.Add(3 * time.Second)}, t0.Add(3*time.Second))
+	})
+	b.dispatch(t0.Add(3*time.Second), 0)
+	kept("after the second worker left", true)
+	b.enqueue(t0, typed("r2", "report.build", 5))
+	res := b.dispatch(t0.Add(3*time.Second), 0)
+	if !slices.Equal(ids(res.Dispatched), []string{"r2"}) || !slices.Contains([]int32{0, 1}, res.Dispatched[0].Partition) {
+		t.Fatalf("dispatched %v to %v, want r2 on builtin's partitions", ids(res.Dispatched), partitions(res.Dispatched))
+	}
+}
