@@ -50,10 +50,37 @@ func fastDecode(p any, value []byte) bool {
 		ok = s.cancelled(v)
 	case *DeadLettered:
 		ok = s.deadLettered(v)
+	case *JobSpec:
+		ok = s.jobSpec(v)
+	case *[]Attempt:
+		ok = s.history(v)
 	default:
 		return false
 	}
 	return ok && s.end()
+}
+
+// UnmarshalSpec decodes a job's spec as json.Unmarshal does, through the
+// fast path when the JSON is in its subset. The scheduler keeps each job's
+// spec in Redis as JSON and decodes it for every dispatch and every failed
+// attempt it decides on, where encoding/json's reflection was ~2 % of
+// ferry's CPU at full load (docs/performance.md, Round 19).
+func UnmarshalSpec(value []byte) (JobSpec, error) {
+	var v JobSpec
+	if fastDecode(&v, value) {
+		return v, nil
+	}
+	return unmarshal[JobSpec](value)
+}
+
+// UnmarshalHistory decodes an attempt history as json.Unmarshal does,
+// through the fast path when the JSON is in its subset (UnmarshalSpec).
+func UnmarshalHistory(value []byte) ([]Attempt, error) {
+	var v []Attempt
+	if fastDecode(&v, value) {
+		return v, nil
+	}
+	return unmarshal[[]Attempt](value)
 }
 
 // scanner reads JSON tokens from b at i. Each method reports whether it

@@ -5,7 +5,6 @@ package qstore
 // the Lua that writes it). ops_test.go decodes real replies.
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -13,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/ferryhq/ferry/events/schema"
 )
 
 // errShortReply is a reply with fewer values than its counts announce.
@@ -68,12 +69,12 @@ func (w templateWire) template() (Template, error) {
 	}
 	t.Attempt = int(a)
 	if w.Spec != "" {
-		if err := json.Unmarshal([]byte(w.Spec), &t.Job); err != nil {
+		if t.Job, err = schema.UnmarshalSpec([]byte(w.Spec)); err != nil {
 			return t, fmt.Errorf("qstore: job %s: bad spec: %w", w.JobID, err)
 		}
 	}
 	if w.History != "" {
-		if err := json.Unmarshal([]byte(w.History), &t.History); err != nil {
+		if t.History, err = schema.UnmarshalHistory([]byte(w.History)); err != nil {
 			return t, fmt.Errorf("qstore: job %s: bad history: %w", w.JobID, err)
 		}
 	}
