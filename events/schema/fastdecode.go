@@ -65,23 +65,11 @@ func fastDecode(p any, value []byte) bool {
 // spec in Redis as JSON and decodes it for every dispatch and every failed
 // attempt it decides on, where encoding/json's reflection was ~2 % of
 // ferry's CPU at full load (docs/performance.md, Round 19).
-func UnmarshalSpec(value []byte) (JobSpec, error) {
-	var v JobSpec
-	if fastDecode(&v, value) {
-		return v, nil
-	}
-	return unmarshal[JobSpec](value)
-}
+func UnmarshalSpec(value []byte) (JobSpec, error) { return decodeValue[JobSpec](value) }
 
 // UnmarshalHistory decodes an attempt history as json.Unmarshal does,
 // through the fast path when the JSON is in its subset (UnmarshalSpec).
-func UnmarshalHistory(value []byte) ([]Attempt, error) {
-	var v []Attempt
-	if fastDecode(&v, value) {
-		return v, nil
-	}
-	return unmarshal[[]Attempt](value)
-}
+func UnmarshalHistory(value []byte) ([]Attempt, error) { return decodeValue[[]Attempt](value) }
 
 // scanner reads JSON tokens from b at i. Each method reports whether it
 // read what it wanted; after a false the scanner's position is undefined.

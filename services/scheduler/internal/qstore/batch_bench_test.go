@@ -122,7 +122,6 @@ func scriptStats(b testing.TB, rdb *redis.Client) map[string]float64 {
 // fixed cost, which at batches of one job (BenchmarkLifecycleByBatch) is
 // about half of Redis's cost per job.
 func BenchmarkScriptFixedCost(b *testing.B) {
-	ctx := context.Background()
 	rdb, s := openStore(b, Options{Lease: 10 * time.Second, Prefix: fmt.Sprintf("fixed%d:", time.Now().UnixNano())})
 	now := time.Now()
 	cases := []struct {
@@ -136,19 +135,26 @@ func BenchmarkScriptFixedCost(b *testing.B) {
 		{"dispatch-idle", dispatchScript, s.dispatchArgs(DispatchParams{Pool: schema.PoolShort, Now: now, MaxBatch: 512, DispatchIDPrefix: "x"})},
 	}
 	for _, c := range cases {
-		b.Run(c.name, func(b *testing.B) {
-			before := scriptStats(b, rdb)
-			calls := 0
-			for b.Loop() {
-				if err := c.script.Run(ctx, rdb, nil, c.args...).Err(); err != nil {
-					b.Fatal(err)
-				}
-				calls++
-			}
-			after := scriptStats(b, rdb)
-			b.ReportMetric((after["evalsha_usec"]-before["evalsha_usec"])/float64(calls), "redis-µs/call")
-		})
+		b.Run(c.name, func(b *testing.B) { runScript(b, rdb, c.script, c.args) })
 	}
+}
+
+// runScript runs script with args for the benchmark's iterations and
+// reports what Redis spent per call (INFO commandstats) and the commands
+// each call ran.
+func runScript(b *testing.B, rdb *redis.Client, script *redis.Script, args []any) {
+	ctx := context.Background()
+	before := scriptStats(b, rdb)
+	calls := 0
+	for b.Loop() {
+		if err := script.Run(ctx, rdb, nil, args...).Err(); err != nil {
+			b.Fatal(err)
+		}
+		calls++
+	}
+	after := scriptStats(b, rdb)
+	b.ReportMetric((after["evalsha_usec"]-before["evalsha_usec"])/float64(calls), "redis-µs/call")
+	b.ReportMetric((after["nested_calls"]-before["nested_calls"])/float64(calls), "commands/call")
 }
 
 // BenchmarkDispatchStepByWorkers is what an idle dispatch step costs Redis
@@ -178,18 +184,7 @@ func BenchmarkDispatchStepByWorkers(b *testing.B) {
 			if _, err := s.Apply(ctx, now, &batch); err != nil {
 				b.Fatal(err)
 			}
-			args := s.dispatchArgs(DispatchParams{Pool: schema.PoolShort, Now: now, MaxBatch: 512, DispatchIDPrefix: "x"})
-			before := scriptStats(b, rdb)
-			calls := 0
-			for b.Loop() {
-				if err := dispatchScript.Run(ctx, rdb, nil, args...).Err(); err != nil {
-					b.Fatal(err)
-				}
-				calls++
-			}
-			after := scriptStats(b, rdb)
-			b.ReportMetric((after["evalsha_usec"]-before["evalsha_usec"])/float64(calls), "redis-µs/call")
-			b.ReportMetric((after["nested_calls"]-before["nested_calls"])/float64(calls), "commands/call")
+			runScript(b, rdb, dispatchScript, s.dispatchArgs(DispatchParams{Pool: schema.PoolShort, Now: now, MaxBatch: 512, DispatchIDPrefix: "x"}))
 		})
 	}
 }
