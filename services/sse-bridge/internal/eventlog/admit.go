@@ -18,12 +18,49 @@ type jobState struct {
 	queue, jobType string
 	tags           []string
 	enqueued       bool
-	started        map[int]bool // attempts whose started is logged
+	started        attempts // attempts whose started is logged
 	// terminalSeq is the id of the job's final event: nothing of the job
 	// is logged after it.
 	terminalSeq int64
 	events      []*hub.Event // logged and still in the ring, oldest first
 	held        []logEvent   // waiting for their predecessor, in arrival order
+	// first backs events: a job logs three events in the common case
+	// (enqueued, started, completed), so they fit without an allocation
+	// of their own.
+	first [3]*hub.Event
+}
+
+// newJobState returns the state of a job first seen in tenant.
+func newJobState(id, tenant string) *jobState {
+	j := &jobState{id: id, tenant: tenant}
+	j.events = j.first[:0]
+	return j
+}
+
+// attempts is a set of attempt numbers: a bit per attempt up to 64 (every
+// job but one retried more than 63 times), a map beyond, made only then.
+// A map per job was one of the sse-bridge's larger allocations per job.
+type attempts struct {
+	low  uint64
+	high map[int]bool
+}
+
+func (a *attempts) add(n int) {
+	if n >= 0 && n < 64 {
+		a.low |= 1 << n
+		return
+	}
+	if a.high == nil {
+		a.high = map[int]bool{}
+	}
+	a.high[n] = true
+}
+
+func (a *attempts) has(n int) bool {
+	if n >= 0 && n < 64 {
+		return a.low&(1<<n) != 0
+	}
+	return a.high[n]
 }
 
 func (j *jobState) ended() bool { return j.terminalSeq != 0 }
@@ -51,7 +88,7 @@ func (l *Log) take(e logEvent, now time.Time, out *[]*hub.Event) {
 	j := l.jobs[e.job]
 	switch {
 	case j == nil:
-		j = &jobState{id: e.job, tenant: e.tenant, started: map[int]bool{}}
+		j = newJobState(e.job, e.tenant)
 		l.jobs[e.job] = j
 	case j.tenant != e.tenant:
 		l.log.Warn("sse-bridge: dropping event whose tenant disagrees with its job", "job_id", e.job, "ce_id", e.id)
@@ -81,7 +118,7 @@ func (l *Log) ready(e logEvent, j *jobState, now time.Time) bool {
 	case schema.EventEnqueued:
 		return j.enqueued
 	case schema.EventStarted:
-		return j.started[e.attempt]
+		return j.started.has(e.attempt)
 	}
 	return true
 }
@@ -129,7 +166,7 @@ func (l *Log) append(e logEvent, j *jobState, now time.Time, out *[]*hub.Event) 
 	case e.spec != nil && !j.enqueued:
 		j.queue, j.jobType, j.tags, j.enqueued = e.spec.Queue, e.spec.Type, e.spec.Tags, true
 	case e.typ == schema.EventStarted:
-		j.started[e.attempt] = true
+		j.started.add(e.attempt)
 	}
 	l.last++
 	ev := hub.NewEvent(hub.Attrs{Seq: l.last, Tenant: e.tenant, JobID: e.job, Type: e.typ,

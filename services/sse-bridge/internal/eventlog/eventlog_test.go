@@ -241,3 +241,33 @@ func BenchmarkReleaseHeld(b *testing.B) {
 		l.ReleaseHeld()
 	}
 }
+
+// TestStartedIsTrackedPerAttemptAtAnyAttempt: a completed waits for the
+// started of its own attempt, on both sides of the 64 attempts the job
+// state keeps in a bit set and beyond it, where it keeps a map.
+func TestStartedIsTrackedPerAttemptAtAnyAttempt(t *testing.T) {
+	for _, attempt := range []int{1, 2, 63, 64, 65, 1000} {
+		l, sub, _ := newLog(t, 100, time.Minute)
+		job := "j" + strconv.Itoa(attempt)
+		now := time.Now().UTC()
+		st := func(a int) schema.Data {
+			return schema.Started{JobRef: ref(job, "acme", a), WorkerID: "w", DispatchID: "d" + strconv.Itoa(a), StartedAt: now}
+		}
+		done := schema.Completed{JobRef: ref(job, "acme", attempt), WorkerID: "w", DispatchID: "d" + strconv.Itoa(attempt), StartedAt: now, FinishedAt: now}
+		l.Append([]*kgo.Record{rec(t, enqueued(job, "acme", "q"))})
+		// The started of the attempts around this one (the bit and map
+		// neighbours) do not release its completed.
+		l.Append([]*kgo.Record{rec(t, st(attempt+1)), rec(t, done)})
+		if attempt > 1 {
+			l.Append([]*kgo.Record{rec(t, st(attempt-1))})
+		}
+		if l.Held() != 1 {
+			t.Fatalf("attempt %d: %d held, want the completed waiting for its own started", attempt, l.Held())
+		}
+		published(t, sub)
+		l.Append([]*kgo.Record{rec(t, st(attempt))})
+		if got := published(t, sub); !slices.Equal(got, []string{job + "/started", job + "/completed"}) {
+			t.Fatalf("attempt %d: published %v, want its started then its completed", attempt, got)
+		}
+	}
+}
