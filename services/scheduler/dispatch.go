@@ -181,12 +181,19 @@ func (s *Service) stepRecords(pool string, res qstore.DispatchResult) ([]*kgo.Re
 }
 
 // notBefore is the not_before of t's dispatch: its due time when it was
-// leased ahead of it (Config.Lookahead), else none.
+// leased ahead of it (Config.Lookahead), else none. Redis orders due times
+// by whole milliseconds, rounded up, so t.NotBefore is up to 1 ms after the
+// job's run_at; the job's ready time (t.ReadyAt, its exact run_at when it
+// was delayed) within that millisecond is the due time the worker waits
+// for, so a held job starts at its run_at, not up to 1 ms after it.
 func notBefore(t qstore.Template) *time.Time {
 	if t.NotBefore.IsZero() {
 		return nil
 	}
 	nb := t.NotBefore.UTC()
+	if early := nb.Sub(t.ReadyAt); early > 0 && early < time.Millisecond {
+		nb = t.ReadyAt.UTC()
+	}
 	return &nb
 }
 
