@@ -37,9 +37,9 @@ func newJobState(id, tenant string) *jobState {
 	return j
 }
 
-// attempts is a set of attempt numbers: a bit per attempt up to 64 (every
-// job but one retried more than 63 times), a map beyond, made only then.
-// A map per job was one of the sse-bridge's larger allocations per job.
+// attempts is a set of attempt numbers: a bit per attempt below 64, and a
+// map for attempts beyond, made only for a job retried that often. A map
+// per job was one of the sse-bridge's larger allocations per job.
 type attempts struct {
 	low  uint64
 	high map[int]bool
