@@ -2,6 +2,7 @@ package store
 
 import (
 	"encoding/json"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/ferryhq/ferry/events/schema"
+	"github.com/ferryhq/ferry/platform/pgstore"
 )
 
 // The jobs table's columns are listed once, in jobColumns: every SELECT
@@ -55,9 +57,9 @@ type column struct {
 	expr string
 	// values collects the column's value of each job written.
 	values func(n int) columnValues
-	// one is the column's value of one job in a COPY of new rows, where
-	// it goes as it is stored (no expr).
-	one func(j *Job) any
+	// put writes the column's value of one job into a COPY of new rows,
+	// where it goes as it is stored (no expr).
+	put func(w *pgstore.CopyWriter, j *Job)
 	// dest is where a read row's value is scanned.
 	dest func(r *scannedRow) any
 }
@@ -81,8 +83,44 @@ func col[T any](name string, g columnGroup, param string, get func(*Job) T, dest
 	return column{
 		name: name, group: g, param: param, dest: dest,
 		values: func(n int) columnValues { return &typedValues[T]{get: get, vals: make([]T, 0, n)} },
-		one:    func(j *Job) any { return get(j) },
+		put:    copyPut(param, get),
 	}
+}
+
+// copyPut is how a column whose value get returns goes into a COPY,
+// chosen once by the value's Go type (and, for JSON, the column's type).
+// A type without a case panics when the table is declared, at start-up.
+func copyPut[T any](param string, get func(*Job) T) func(*pgstore.CopyWriter, *Job) {
+	switch g := any(get).(type) {
+	case func(*Job) string:
+		return func(w *pgstore.CopyWriter, j *Job) { w.Text(g(j)) }
+	case func(*Job) int:
+		return func(w *pgstore.CopyWriter, j *Job) { w.Int4(g(j)) }
+	case func(*Job) int64:
+		return func(w *pgstore.CopyWriter, j *Job) { w.Int8(g(j)) }
+	case func(*Job) bool:
+		return func(w *pgstore.CopyWriter, j *Job) { w.Bool(g(j)) }
+	case func(*Job) time.Time:
+		return func(w *pgstore.CopyWriter, j *Job) { w.Timestamptz(g(j)) }
+	case func(*Job) *time.Time:
+		return func(w *pgstore.CopyWriter, j *Job) { w.NullTimestamptz(g(j)) }
+	case func(*Job) *float64:
+		return func(w *pgstore.CopyWriter, j *Job) { w.NullFloat8(g(j)) }
+	case func(*Job) pgtype.Text:
+		return func(w *pgstore.CopyWriter, j *Job) {
+			if v := g(j); v.Valid {
+				w.Text(v.String)
+			} else {
+				w.Null()
+			}
+		}
+	case func(*Job) json.RawMessage:
+		if param == "jsonb" {
+			return func(w *pgstore.CopyWriter, j *Job) { w.JSONB(g(j)) }
+		}
+		return func(w *pgstore.CopyWriter, j *Job) { w.Bytes(g(j)) }
+	}
+	panic(fmt.Sprintf("store: no COPY encoding for a column of %s read by %T", param, get))
 }
 
 // jsonbCol is a jsonb column, sent in jsonb's binary format (the JSON
@@ -155,12 +193,7 @@ var jobColumns = []column{
 var tagsColumn = func() column {
 	c := col("tags", specColumn, "text", tagsJSON, func(r *scannedRow) any { return &r.Tags })
 	c.expr = "ARRAY(SELECT jsonb_array_elements_text(x.tags::jsonb))"
-	c.one = func(j *Job) any { // a COPY sends the text[] itself; NOT NULL
-		if j.Tags == nil {
-			return []string{}
-		}
-		return j.Tags
-	}
+	c.put = func(w *pgstore.CopyWriter, j *Job) { w.TextArray(j.Tags) } // a COPY sends the text[] itself; NOT NULL: nil is {}
 	return c
 }()
 
@@ -330,13 +363,12 @@ var columnNames = func() []string {
 	return names
 }()
 
-// copyRow is job j as one row of a COPY of columnNames.
-func copyRow(j *Job) []any {
-	row := make([]any, len(jobColumns))
-	for i, c := range jobColumns {
-		row[i] = c.one(j)
+// copyRow writes job j as one row of a COPY of columnNames.
+func copyRow(w *pgstore.CopyWriter, j *Job) {
+	w.Row(len(jobColumns))
+	for _, c := range jobColumns {
+		c.put(w, j)
 	}
-	return row
 }
 
 // sameSpec reports whether a and b hold the same specification columns:

@@ -291,9 +291,11 @@ func copyNewJobs(ctx context.Context, tx pgx.Tx, jobs []*Job) error {
 	if len(jobs) == 0 {
 		return nil
 	}
-	n, err := tx.CopyFrom(ctx, pgx.Identifier{"jobs"}, columnNames, pgx.CopyFromSlice(len(jobs), func(i int) ([]any, error) {
-		return copyRow(jobs[i]), nil
-	}))
+	w := pgstore.NewCopyWriter()
+	for _, j := range jobs {
+		copyRow(w, j)
+	}
+	n, err := w.Copy(ctx, tx, pgx.Identifier{"jobs"}, columnNames)
 	var pgErr *pgconn.PgError
 	switch {
 	case errors.As(err, &pgErr) && pgErr.Code == "23505" && pgErr.ConstraintName == "jobs_pkey":

@@ -173,15 +173,30 @@ var auditColumns = []string{"event_id", "tenant_id", "job_id", "type", "attempt"
 
 // copyRows appends the chained rows with COPY: rows are only ever
 // appended, and COPY inserts a batch with one statement and no per-row
-// parsing of parameters. data goes to a json column, which checks that it
+// parsing of parameters, each value encoded by its column's type
+// (pgstore.CopyWriter). data goes to a json column, which checks that it
 // is JSON and stores the text as given (jsonb would parse it into a tree
 // and render it anew).
 func copyRows(ctx context.Context, tx pgx.Tx, rows []*chain.Row, hashes [][]byte, recorded time.Time) error {
-	n, err := tx.CopyFrom(ctx, pgx.Identifier{"audit_events"}, auditColumns, pgx.CopyFromSlice(len(rows), func(i int) ([]any, error) {
-		p := rows[i]
-		return []any{p.EventID, p.TenantID, p.JobID, p.Type, int32(p.Attempt), p.Occurred, recorded,
-			p.Actor, p.TraceID, p.Data, p.ChainID, p.Seq, p.PrevHash, hashes[i]}, nil
-	}))
+	w := pgstore.NewCopyWriter()
+	for i, p := range rows {
+		w.Row(len(auditColumns))
+		w.Text(p.EventID)
+		w.Text(p.TenantID)
+		w.Text(p.JobID)
+		w.Text(p.Type)
+		w.Int4(p.Attempt)
+		w.Timestamptz(p.Occurred)
+		w.Timestamptz(recorded)
+		w.Text(p.Actor)
+		w.Text(p.TraceID)
+		w.Bytes(p.Data)
+		w.Text(p.ChainID)
+		w.Int8(p.Seq)
+		w.Bytes(p.PrevHash)
+		w.Bytes(hashes[i])
+	}
+	n, err := w.Copy(ctx, tx, pgx.Identifier{"audit_events"}, auditColumns)
 	if err != nil {
 		return fmt.Errorf("audit: copy rows: %w", err)
 	}
