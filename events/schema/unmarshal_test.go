@@ -7,33 +7,25 @@ import (
 	"testing"
 )
 
-// specAgrees decodes value with UnmarshalSpec and with encoding/json: both
-// must refuse it, or both give the same spec.
-func specAgrees(t *testing.T, value []byte) {
+// agrees decodes value with decode and with encoding/json: both must
+// refuse it, or both give the same T.
+func agrees[T any](t *testing.T, name string, decode func([]byte) (T, error), value []byte) {
 	t.Helper()
-	got, err := UnmarshalSpec(value)
-	var want JobSpec
+	got, err := decode(value)
+	var want T
 	wantErr := json.Unmarshal(value, &want)
 	if (err == nil) != (wantErr == nil) {
-		t.Fatalf("%q: UnmarshalSpec error %v, encoding/json %v", value, err, wantErr)
+		t.Fatalf("%q: %s error %v, encoding/json %v", value, name, err, wantErr)
 	}
 	if err == nil && !reflect.DeepEqual(got, want) {
-		t.Fatalf("%q decodes to\n %#v\nwith UnmarshalSpec, to\n %#v\nwith encoding/json", value, got, want)
+		t.Fatalf("%q decodes to\n %#v\nwith %s, to\n %#v\nwith encoding/json", value, got, name, want)
 	}
 }
 
-// historyAgrees is specAgrees for an attempt history.
+func specAgrees(t *testing.T, value []byte) { agrees(t, "UnmarshalSpec", UnmarshalSpec, value) }
+
 func historyAgrees(t *testing.T, value []byte) {
-	t.Helper()
-	got, err := UnmarshalHistory(value)
-	var want []Attempt
-	wantErr := json.Unmarshal(value, &want)
-	if (err == nil) != (wantErr == nil) {
-		t.Fatalf("%q: UnmarshalHistory error %v, encoding/json %v", value, err, wantErr)
-	}
-	if err == nil && !reflect.DeepEqual(got, want) {
-		t.Fatalf("%q decodes to\n %#v\nwith UnmarshalHistory, to\n %#v\nwith encoding/json", value, got, want)
-	}
+	agrees(t, "UnmarshalHistory", UnmarshalHistory, value)
 }
 
 func marshalled(tb testing.TB, v any) []byte {

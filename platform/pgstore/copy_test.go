@@ -63,6 +63,17 @@ func (r copyRow) write(w *pgstore.CopyWriter) {
 	w.TextArray(r.tags)
 }
 
+// connect opens a connection to the test Postgres, closed when t ends.
+func connect(t *testing.T) *pgx.Conn {
+	t.Helper()
+	conn, err := pgx.Connect(context.Background(), testenv.Postgres(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	return conn
+}
+
 // TestCopyWriterStoresWhatPgxStores copies one set of rows with pgx's
 // CopyFrom into one table and with CopyWriter into another of the same
 // columns, and compares what Postgres stored, value by value: CopyWriter
@@ -70,11 +81,7 @@ func (r copyRow) write(w *pgstore.CopyWriter) {
 // empty arrays, JSON as given, unicode, the ends of each integer range).
 func TestCopyWriterStoresWhatPgxStores(t *testing.T) {
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, testenv.Postgres(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
+	conn := connect(t)
 	tx, err := conn.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -162,11 +169,7 @@ func deref(s *string) string {
 // (a NUL in text, invalid JSON) come back as errors with nothing stored.
 func TestCopyWriterRefusesWhatDoesNotFit(t *testing.T) {
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, testenv.Postgres(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
+	conn := connect(t)
 	for _, c := range []struct {
 		name  string
 		cols  []string
