@@ -12,6 +12,9 @@
 -- decide on, and superseded are jobs completed by an older dispatch while a
 -- newer one was in flight (id, tenant, attempt, current dispatch id).
 local P = ARGV[1]
+fair_begin(P)
+gate_begin(P)
+route_begin(P)
 local now = tonumber(ARGV[2])
 local lease = tonumber(ARGV[3])
 local ttl = tonumber(ARGV[4])

@@ -16,7 +16,7 @@ import (
 // BenchmarkLifecycleByBatch runs a plain job's life in the scheduler's
 // scripts (enqueue, one dispatch step, started and completed) in batches
 // of 1, 4, 32 and 256 jobs, and reports what Redis spent per job: the
-// script time Redis measured itself (INFO commandstats, usec of EVALSHA),
+// script time Redis measured itself (INFO commandstats, usec of FCALL),
 // the script calls and the commands they ran. At 1,000 jobs/s the
 // scheduler's batches hold a few jobs, at full load hundreds:
 // docs/performance.md (Round 14) sets these figures beside Redis's cost
@@ -42,8 +42,8 @@ func BenchmarkLifecycleByBatch(b *testing.B) {
 			}
 			after := scriptStats(b, rdb)
 			per := func(k string) float64 { return (after[k] - before[k]) / float64(jobs) }
-			b.ReportMetric(per("evalsha_usec"), "redis-µs/job")
-			b.ReportMetric(per("evalsha_calls"), "scripts/job")
+			b.ReportMetric(per("script_usec"), "redis-µs/job")
+			b.ReportMetric(per("script_calls"), "scripts/job")
 			b.ReportMetric(per("nested_calls"), "commands/job")
 		})
 	}
@@ -82,9 +82,9 @@ func lifecycle(b *testing.B, s *Store, now time.Time, round, size int) {
 	}
 }
 
-// scriptStats reads INFO commandstats: EVALSHA's calls and usec, and the
-// calls of every other command but INFO (those the scripts ran, and the
-// few the Go side sends directly).
+// scriptStats reads INFO commandstats: the calls and usec of scripts and
+// functions (EVALSHA, FCALL), and the calls of every other command but
+// INFO (those the scripts ran, and the few the Go side sends directly).
 func scriptStats(b testing.TB, rdb *redis.Client) map[string]float64 {
 	info, err := rdb.Info(context.Background(), "commandstats").Result()
 	if err != nil {
@@ -105,8 +105,9 @@ func scriptStats(b testing.TB, rdb *redis.Client) map[string]float64 {
 				usec, _ = strconv.ParseFloat(v, 64)
 			}
 		}
-		if name == "cmdstat_evalsha" {
-			out["evalsha_calls"], out["evalsha_usec"] = calls, usec
+		if name == "cmdstat_evalsha" || name == "cmdstat_fcall" {
+			out["script_calls"] += calls
+			out["script_usec"] += usec
 		} else {
 			out["nested_calls"] += calls
 		}
@@ -116,44 +117,60 @@ func scriptStats(b testing.TB, rdb *redis.Client) map[string]float64 {
 
 // BenchmarkScriptFixedCost is what a script call costs Redis before it
 // does any work: an empty script, the shared helpers (prelude) alone, an
-// apply call with no operation and a dispatch step with nothing to do.
-// EVALSHA runs a script's whole chunk on every call, so every local
-// function of the helpers is defined again each time: about half of the
-// fixed cost, which at batches of one job (BenchmarkLifecycleByBatch) is
-// about half of Redis's cost per job.
+// apply call with no operation and a dispatch step with nothing to do,
+// each as the function the scheduler calls and as the EVALSHA script it
+// was until session 21. EVALSHA runs a script's whole chunk on every
+// call, so every local function of the helpers is defined again each
+// time; a function library defines them once, at load (library.go).
 func BenchmarkScriptFixedCost(b *testing.B) {
 	rdb, s := openStore(b, Options{Lease: 10 * time.Second, Prefix: fmt.Sprintf("fixed%d:", time.Now().UnixNano())})
 	now := time.Now()
+	applyArgs := s.applyHead(now, true)
+	dispatchArgs := s.dispatchArgs(DispatchParams{Pool: schema.PoolShort, Now: now, MaxBatch: 512, DispatchIDPrefix: "x"})
 	cases := []struct {
-		name   string
-		script *redis.Script
-		args   []any
+		name string
+		call scriptCall
 	}{
-		{"empty", redis.NewScript("return 1"), nil},
-		{"prelude", redis.NewScript(prelude + "\nreturn 1"), nil},
-		{"apply-no-op", applyScript, s.applyHead(now, true)},
-		{"dispatch-idle", dispatchScript, s.dispatchArgs(DispatchParams{Pool: schema.PoolShort, Now: now, MaxBatch: 512, DispatchIDPrefix: "x"})},
+		{"empty", evalCall(redis.NewScript("return 1"), nil)},
+		{"prelude", evalCall(redis.NewScript(prelude+"\nreturn 1"), nil)},
+		{"apply-no-op", fcall(applyFunc, applyArgs)},
+		{"apply-no-op-evalsha", evalCall(redis.NewScript(prelude+applySrc), applyArgs)},
+		{"dispatch-idle", fcall(dispatchFunc, dispatchArgs)},
+		{"dispatch-idle-evalsha", evalCall(redis.NewScript(prelude+dispatchSrc), dispatchArgs)},
 	}
 	for _, c := range cases {
-		b.Run(c.name, func(b *testing.B) { runScript(b, rdb, c.script, c.args) })
+		b.Run(c.name, func(b *testing.B) { runScript(b, rdb, c.call) })
 	}
 }
 
-// runScript runs script with args for the benchmark's iterations and
-// reports what Redis spent per call (INFO commandstats) and the commands
-// each call ran.
-func runScript(b *testing.B, rdb *redis.Client, script *redis.Script, args []any) {
+// scriptCall runs one script or function call.
+type scriptCall func(ctx context.Context, rdb *redis.Client) error
+
+func evalCall(script *redis.Script, args []any) scriptCall {
+	return func(ctx context.Context, rdb *redis.Client) error { return script.Run(ctx, rdb, nil, args...).Err() }
+}
+
+func fcall(fn redisFunction, args []any) scriptCall {
+	return func(ctx context.Context, rdb *redis.Client) error { return fn.call(ctx, rdb, args...).Err() }
+}
+
+// runScript runs call for the benchmark's iterations and reports what
+// Redis spent per call (INFO commandstats) and the commands each call ran.
+func runScript(b *testing.B, rdb *redis.Client, call scriptCall) {
 	ctx := context.Background()
+	if err := call(ctx, rdb); err != nil { // loads the script or library
+		b.Fatal(err)
+	}
 	before := scriptStats(b, rdb)
 	calls := 0
 	for b.Loop() {
-		if err := script.Run(ctx, rdb, nil, args...).Err(); err != nil {
+		if err := call(ctx, rdb); err != nil {
 			b.Fatal(err)
 		}
 		calls++
 	}
 	after := scriptStats(b, rdb)
-	b.ReportMetric((after["evalsha_usec"]-before["evalsha_usec"])/float64(calls), "redis-µs/call")
+	b.ReportMetric((after["script_usec"]-before["script_usec"])/float64(calls), "redis-µs/call")
 	b.ReportMetric((after["nested_calls"]-before["nested_calls"])/float64(calls), "commands/call")
 }
 
@@ -184,7 +201,7 @@ func BenchmarkDispatchStepByWorkers(b *testing.B) {
 			if _, err := s.Apply(ctx, now, &batch); err != nil {
 				b.Fatal(err)
 			}
-			runScript(b, rdb, dispatchScript, s.dispatchArgs(DispatchParams{Pool: schema.PoolShort, Now: now, MaxBatch: 512, DispatchIDPrefix: "x"}))
+			runScript(b, rdb, fcall(dispatchFunc, s.dispatchArgs(DispatchParams{Pool: schema.PoolShort, Now: now, MaxBatch: 512, DispatchIDPrefix: "x"})))
 		})
 	}
 }

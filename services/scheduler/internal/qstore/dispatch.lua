@@ -13,6 +13,9 @@
 --          dispatched (8 fields each)..., expired (8 fields each)...}.
 -- next_due_ms is when a delayed job is due, or enters the look-ahead (3a).
 local P, pool = ARGV[1], ARGV[2]
+fair_begin(P)
+gate_begin(P)
+route_begin(P)
 local now, lease = tonumber(ARGV[3]), tonumber(ARGV[4])
 local prefetch, maxb = tonumber(ARGV[5]), tonumber(ARGV[6])
 local didp, retry_ms = ARGV[7], tonumber(ARGV[9])

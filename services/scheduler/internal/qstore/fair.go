@@ -58,6 +58,7 @@ var (
 	queuesScript = redis.NewScript(queuesSrc)
 	resumeScript = redis.NewScript(fairSrc + `
 -- resume: ARGV[1] prefix, ARGV[2] tenant, ARGV[3] queue, ARGV[4..] pools.
+fair_begin(ARGV[1])
 local t, q = ARGV[2], ARGV[3]
 redis.call('SREM', FP .. 'tenant:' .. t .. ':paused', q)
 redis.call('INCR', FP .. 'pauses:gen')

@@ -1,7 +1,12 @@
 -- fair: helpers of the weighted fair share across tenants, prepended to
 -- apply.lua and dispatch.lua (both take the key prefix as ARGV[1]). The key
 -- layout and the model are described in fair.go and docs/tenancy.md.
-local FP = ARGV[1]
+--
+-- The helpers are defined once per library load when the scripts run as
+-- Redis functions (library.go), so nothing here may read ARGV or call
+-- Redis at load time, and the per-call state below lives in locals that
+-- fair_begin sets afresh at the start of every call.
+local FP
 -- FAIR_ALPHA is the weight of the newest measured duration in the EWMA of
 -- a (tenant, job type)'s run time.
 local FAIR_ALPHA = 0.2
@@ -18,10 +23,20 @@ local FAIR_SEQ_BLOCK = 64
 -- tenant and queue pays the index, activation and estimate commands once.
 -- An entry is dropped where a script undoes what it records
 -- (fair_deactivate); settlements are written once, by fair_flush.
-local fair_indexed, fair_active_seen = {}, {}
-local fair_seq_next, fair_seq_last = 1, 0
-local fair_est, fair_est_dirty = {}, {}
-local fair_vt_delta = {}
+local fair_indexed, fair_active_seen
+local fair_seq_next, fair_seq_last
+local fair_est, fair_est_dirty
+local fair_vt_delta
+
+-- fair_begin starts a script call over key prefix p with nothing done or
+-- read yet.
+local function fair_begin(p)
+  FP = p
+  fair_indexed, fair_active_seen = {}, {}
+  fair_seq_next, fair_seq_last = 1, 0
+  fair_est, fair_est_dirty = {}, {}
+  fair_vt_delta = {}
+end
 
 -- fair_bulk runs cmd on key with args (members, or score-member pairs)
 -- in one command per 1,000 arguments: a batch of jobs costs one command,

@@ -59,6 +59,8 @@ var (
 -- cooldown_ms"): replaces the tenant's flow-control settings. Jobs parked
 -- on a removed rate limit are released; a breaker whose configuration is
 -- gone closes.
+fair_begin(ARGV[1])
+gate_begin(ARGV[1])
 local now, t = tonumber(ARGV[2]), ARGV[3]
 local rk, bck = GP .. 'tenant:' .. t .. ':rates', GP .. 'tenant:' .. t .. ':brkcfg'
 local old = redis.call('HKEYS', rk)
@@ -98,6 +100,8 @@ return 1`)
 -- reset: ARGV[1] prefix, ARGV[2] now, ARGV[3] tenant, ARGV[4] type, ARGV[5]
 -- actor: closes the breaker and forgets its counted failures. Returns the
 -- state it had.
+fair_begin(ARGV[1])
+gate_begin(ARGV[1])
 local now, t, typ = tonumber(ARGV[2]), ARGV[3], ARGV[4]
 local st = redis.call('HGET', gate_brk(t), typ)
 if not st then

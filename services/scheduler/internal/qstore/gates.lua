@@ -10,7 +10,17 @@
 -- the breaker goes half-open or closes), the parked heads go back to ready
 -- with their old scores, marked as admitted by that gate (gp), so they pass
 -- it ahead of newer jobs.
-local GP = ARGV[1]
+local GP
+-- gate_brkcfg_seen caches, per script call, the breaker configuration of
+-- each (tenant, type) a failure asked for (false: none): only the flow
+-- settings script writes it, so a burst of failures of one type reads it
+-- once per call instead of once per failure.
+local gate_brkcfg_seen
+-- gate_begin starts a script call over key prefix p (fair_begin says why).
+local function gate_begin(p)
+  GP = p
+  gate_brkcfg_seen = {}
+end
 -- Failure classes that count against a breaker.
 local GATE_BREAKER_CLASSES = {app_error = true, retryable = true, timeout = true}
 -- GATE_CHUNK bounds the jobs one script call releases from a gate that
@@ -280,11 +290,6 @@ local function gate_probe_gone(t, typ, now)
   end
 end
 
--- gate_brkcfg_seen caches, per script call, the breaker configuration of
--- each (tenant, type) a failure asked for (false: none): only the flow
--- settings script writes it, so a burst of failures of one type reads it
--- once per call instead of once per failure.
-local gate_brkcfg_seen = {}
 local function gate_brkcfg(t, typ)
   local field = t .. '\n' .. typ
   local cfg = gate_brkcfg_seen[field]

@@ -99,7 +99,7 @@ func TestEveryOpAcceptedByScript(t *testing.T) {
 		}
 	}
 	args := append(b.store.applyHead(t0, true), "C", 3, "j", "t1", "d")
-	err := applyScript.Run(b.ctx, b.rdb, nil, args...).Err()
+	err := applyFunc.call(b.ctx, b.rdb, args...).Err()
 	if err == nil || !strings.Contains(err.Error(), "takes 5 arguments") {
 		t.Fatalf("a C op with 3 arguments: %v", err)
 	}

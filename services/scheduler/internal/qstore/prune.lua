@@ -9,6 +9,7 @@
 -- Needs fair.lua (fair_tq). ARGV: prefix pool now_ms grace_ms
 -- Returns {pool queues dropped, tenant queues dropped}.
 local P, pool = ARGV[1], ARGV[2]
+fair_begin(P)
 local now, grace = tonumber(ARGV[3]), tonumber(ARGV[4])
 local PP = P .. 'pool:' .. pool
 

@@ -70,10 +70,9 @@ var (
 
 	// prelude is what both scripts start with: fair.lua (the fair-share
 	// helpers), gates.lua (flow control) and route.lua (type-aware
-	// routing, route.go).
-	prelude        = fairSrc + gatesSrc + routeSrc
-	applyScript    = redis.NewScript(prelude + applySrc)
-	dispatchScript = redis.NewScript(prelude + dispatchSrc)
+	// routing, route.go). They run as the functions of one library
+	// (library.go).
+	prelude = fairSrc + gatesSrc + routeSrc
 )
 
 // Options configure a Store.
@@ -239,14 +238,10 @@ func New(rdb *redis.Client, opts Options) *Store {
 	return &Store{rdb: rdb, opts: opts.WithDefaults()}
 }
 
-// Load loads the scripts into Redis so the first calls use EVALSHA.
+// Load loads the functions library of the scripts into Redis, so the
+// first calls find it (a call that does not loads it itself).
 func (s *Store) Load(ctx context.Context) error {
-	for _, sc := range []*redis.Script{applyScript, dispatchScript} {
-		if err := sc.Load(ctx, s.rdb).Err(); err != nil {
-			return fmt.Errorf("qstore: load script: %w", err)
-		}
-	}
-	return nil
+	return loadLibrary(ctx, s.rdb)
 }
 
 // Prefix is the key prefix in use.
@@ -335,25 +330,24 @@ func (s *Store) applyHead(now time.Time, check bool) []any {
 }
 
 // runApply runs one apply call per chunk: a single call directly, more
-// pipelined as EVALSHA calls in one round trip.
+// pipelined in one round trip.
 func (s *Store) runApply(ctx context.Context, chunks [][]any) ([][]any, error) {
 	if len(chunks) == 1 {
-		v, err := applyScript.Run(ctx, s.rdb, nil, chunks[0]...).Slice()
+		v, err := applyFunc.call(ctx, s.rdb, chunks[0]...).Slice()
 		if err != nil {
 			return nil, wrapErr("apply", err)
 		}
 		return [][]any{v}, nil
 	}
-	// Make sure the script is cached, then pipeline EVALSHA calls.
-	if err := applyScript.Load(ctx, s.rdb).Err(); err != nil {
-		return nil, fmt.Errorf("qstore: load apply: %w", err)
-	}
-	cmds, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for _, c := range chunks {
-			applyScript.EvalSha(ctx, p, nil, c...)
+	cmds, err := s.pipelineApply(ctx, chunks)
+	if functionMissing(err) {
+		// Redis lost the library: load it and run the calls again (apply
+		// is idempotent, and none of them ran).
+		if err := loadLibrary(ctx, s.rdb); err != nil {
+			return nil, err
 		}
-		return nil
-	})
+		cmds, err = s.pipelineApply(ctx, chunks)
+	}
 	if err != nil {
 		return nil, wrapErr("apply", err)
 	}
@@ -366,6 +360,16 @@ func (s *Store) runApply(ctx context.Context, chunks [][]any) ([][]any, error) {
 		replies = append(replies, v)
 	}
 	return replies, nil
+}
+
+// pipelineApply sends one apply call per chunk in one round trip.
+func (s *Store) pipelineApply(ctx context.Context, chunks [][]any) ([]redis.Cmder, error) {
+	return s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, c := range chunks {
+			p.FCall(ctx, string(applyFunc), nil, c...)
+		}
+		return nil
+	})
 }
 
 // DispatchParams say how much one dispatch step may hand out.
@@ -416,7 +420,7 @@ type DispatchResult struct {
 
 // Dispatch runs one scheduling step of a pool in one round trip.
 func (s *Store) Dispatch(ctx context.Context, p DispatchParams) (DispatchResult, error) {
-	v, err := dispatchScript.Run(ctx, s.rdb, nil, s.dispatchArgs(p)...).Slice()
+	v, err := dispatchFunc.call(ctx, s.rdb, s.dispatchArgs(p)...).Slice()
 	if err != nil {
 		return DispatchResult{}, wrapErr("dispatch "+p.Pool, err)
 	}

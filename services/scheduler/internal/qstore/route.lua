@@ -1,6 +1,8 @@
 -- route: type-aware routing, prepended (after fair.lua) to apply.lua and
 -- dispatch.lua. The key layout and the model are described in route.go.
-local RP = ARGV[1]
+local RP
+-- route_begin starts a script call over key prefix p (fair_begin says why).
+local function route_begin(p) RP = p end
 -- ROUTE_PARK_MAX bounds the jobs one dispatch step parks or releases, so
 -- one step never blocks Redis for long; the loop runs again at once.
 local ROUTE_PARK_MAX = 1000
