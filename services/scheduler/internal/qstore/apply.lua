@@ -11,18 +11,13 @@
 -- none: wake_reply), failed templates are the failed attempts the Go side must
 -- decide on, and superseded are jobs completed by an older dispatch while a
 -- newer one was in flight (id, tenant, attempt, current dispatch id).
-local P = ARGV[1]
-fair_begin(P)
-gate_begin(P)
-route_begin(P)
-local now = tonumber(ARGV[2])
-local lease = tonumber(ARGV[3])
-local ttl = tonumber(ARGV[4])
-if ARGV[5] == '1' and redis.call('EXISTS', P .. 'epoch') == 0 then
-  return redis.error_reply('NOEPOCH scheduler state lost; rebuild required')
-end
-local out = {'', 0}
-local sup = {}
+--
+-- The helpers and ops below are defined once per library load (library.go);
+-- apply_run is the call. What a call reads and builds lives in the locals
+-- that follow, which apply_run sets afresh at the start of every call.
+local argv -- this call's ARGV
+local P, now, lease, ttl
+local out, sup
 
 -- The dispatch loops this call wakes (out[1], wake_reply): the pools where
 -- a job may have become dispatchable or a slot was freed, or every pool
@@ -30,7 +25,7 @@ local sup = {}
 -- step costs Redis ~100 µs even when it finds nothing (docs/performance.md,
 -- Round 19), so a loop is woken for its own pool only, and a freed slot
 -- wakes it only when work is waiting there (wake_if_waiting).
-local woken, wake_every, waiting_checked = {}, false, {}
+local woken, wake_every, waiting_checked
 local function wake(pool)
   if pool and pool ~= '' then woken[pool] = true else wake_every = true end
 end
@@ -77,12 +72,12 @@ end
 -- Ended leases and slots of this call, by pool and by tenant, written once
 -- at its end (flush_ended): nothing in an apply call adds a job to a
 -- lease set or a running set (dispatch does), so removing later is safe.
-local ended_leases, ended_held, ended_runs = {}, {}, {}
+local ended_leases, ended_held, ended_runs
 -- Set additions of the enqueues of this call (ready and delayed sets, by
 -- key: score, id, score, id, ...), written once per set by flush_added
 -- before any other op may read or remove from those sets: a run of fresh
 -- enqueues costs two commands per job (its state read and its HSET).
-local added = {}
+local added
 local function add_later(key, score, id)
   fair_push(added, key, score)
   fair_push(added, key, id)
@@ -139,7 +134,7 @@ end
 -- fields are set to), kept for the terminal TTL (days); the copy is
 -- listpack-encoded, ~100 bytes. Nothing reads a marker but its state
 -- (every reader treats a missing field as absent).
-local marker_written = {}
+local marker_written
 local function terminal(jk, state, tenant)
   tenant = tenant or ''
   local tk = P .. 'marker:' .. state .. ':' .. tenant
@@ -169,7 +164,7 @@ local ops = {}
 
 -- op_job is the job an op's first argument names: its id, hash key and state.
 local function op_job(o)
-  local id = ARGV[o]
+  local id = argv[o]
   local jk = P .. 'job:' .. id
   return id, jk, redis.call('HGET', jk, 'state')
 end
@@ -186,10 +181,10 @@ end
 -- finds them early too. Interleaved with the old order in one process
 -- (256-job batches): enqueue -5 %, a job's script time -2 to -4 %.
 local function enqueue_hset(jk, o, state, ...)
-  redis.call('HSET', jk, 'state', state, 'did', '', 'attempt', ARGV[o + 2], 'tenant', ARGV[o + 1],
-    'pool', ARGV[o + 4], 'type', ARGV[o + 13], 'queue', ARGV[o + 3], 'est', '', 'cw', '', 'prio', ARGV[o + 5],
-    'na', ARGV[o + 7], 'created', ARGV[o + 8], 'ready', ARGV[o + 9], 'tp', ARGV[o + 16],
-    'history', ARGV[o + 11], 'rf', ARGV[o + 12], ...)
+  redis.call('HSET', jk, 'state', state, 'did', '', 'attempt', argv[o + 2], 'tenant', argv[o + 1],
+    'pool', argv[o + 4], 'type', argv[o + 13], 'queue', argv[o + 3], 'est', '', 'cw', '', 'prio', argv[o + 5],
+    'na', argv[o + 7], 'created', argv[o + 8], 'ready', argv[o + 9], 'tp', argv[o + 16],
+    'history', argv[o + 11], 'rf', argv[o + 12], ...)
 end
 
 -- E id tenant attempt queue pool prio run_at_ms not_after_ms created ready spec history redriven_from type
@@ -201,8 +196,8 @@ end
 --   queue, gate or parking set), so it is not unindexed again, and the run of enqueues it is
 --   part of is not split.
 ops.E = function(o)
-  local id, tenant, attempt = ARGV[o], ARGV[o + 1], tonumber(ARGV[o + 2])
-  local q, pool, prio, run_at = ARGV[o + 3], ARGV[o + 4], ARGV[o + 5], tonumber(ARGV[o + 6])
+  local id, tenant, attempt = argv[o], argv[o + 1], tonumber(argv[o + 2])
+  local q, pool, prio, run_at = argv[o + 3], argv[o + 4], argv[o + 5], tonumber(argv[o + 6])
   local jk = P .. 'job:' .. id
   local f = redis.call('HMGET', jk, 'state', 'attempt')
   local st, known = f[1], tonumber(f[2])
@@ -216,10 +211,10 @@ ops.E = function(o)
     redis.call('PERSIST', jk)
   end
   local tq = fair_tq(pool, q, tenant)
-  local ck, spec = ARGV[o + 14], ARGV[o + 10]
+  local ck, spec = argv[o + 14], argv[o + 10]
   if run_at > now then
     if ck ~= '' then
-      enqueue_hset(jk, o, 'delayed', 'ck', ck, 'cl', ARGV[o + 15], 'spec', spec)
+      enqueue_hset(jk, o, 'delayed', 'ck', ck, 'cl', argv[o + 15], 'spec', spec)
     else
       enqueue_hset(jk, o, 'delayed', 'spec', spec)
     end
@@ -229,7 +224,7 @@ ops.E = function(o)
     local seq = fair_seq()
     local score = fair_score(prio, seq, false)
     if ck ~= '' then
-      enqueue_hset(jk, o, 'ready', 'seq', seq, 'ck', ck, 'cl', ARGV[o + 15], 'spec', spec)
+      enqueue_hset(jk, o, 'ready', 'seq', seq, 'ck', ck, 'cl', argv[o + 15], 'spec', spec)
     else
       enqueue_hset(jk, o, 'ready', 'seq', seq, 'spec', spec)
     end
@@ -247,11 +242,11 @@ end
 -- workers (an async http job): it moves to the pool's held set, where it
 -- holds no worker slot, with a lease of hold_ms.
 ops.S = function(o)
-  local id = ARGV[o]
+  local id = argv[o]
   local jk = P .. 'job:' .. id
   local f = redis.call('HMGET', jk, 'state', 'did', 'pool')
-  if f[2] == ARGV[o + 1] and (f[1] == 'inflight' or f[1] == 'cancelled') then
-    local hold = tonumber(ARGV[o + 2]) or 0
+  if f[2] == argv[o + 1] and (f[1] == 'inflight' or f[1] == 'cancelled') then
+    local hold = tonumber(argv[o + 2]) or 0
     if hold > 0 then
       hold_lease(jk, id, f[3], now + hold)
     else
@@ -269,14 +264,14 @@ end
 -- flight without flow-control fields costs two commands: its fields read,
 -- and the terminal marker's COPY.
 ops.C = function(o)
-  local id, tenant, did = ARGV[o], ARGV[o + 1], ARGV[o + 2]
+  local id, tenant, did = argv[o], argv[o + 1], argv[o + 2]
   local jk = P .. 'job:' .. id
   local v = redis.call('HMGET', jk, 'state', 'did', 'tenant', 'attempt', 'probe', 'type', 'pool', 'ck', 'gk', 'est', 'cw',
     'held')
   local f = {state = v[1], did = v[2], tenant = v[3], attempt = v[4], probe = v[5], type = v[6], pool = v[7],
     ck = v[8], gk = v[9], est = v[10], cw = v[11], held = v[12]}
   if f.state == 'done' then return end
-  fair_settle(jk, did, tonumber(ARGV[o + 3]) or 0, tonumber(ARGV[o + 4]) or 0, f)
+  fair_settle(jk, did, tonumber(argv[o + 3]) or 0, tonumber(argv[o + 4]) or 0, f)
   local probe = f.probe == '1' -- a breaker's probe: its success may close the breaker
   if f.probe == '1' and f.tenant then
     gate_succeeded(jk, f.tenant, f.type or '', now)
@@ -303,14 +298,14 @@ end
 -- fields costs four commands: its fields read, that HSET, its EXPIRE and
 -- its template's read.
 ops.F = function(o)
-  local id, did, class = ARGV[o], ARGV[o + 1], ARGV[o + 2]
+  local id, did, class = argv[o], argv[o + 1], argv[o + 2]
   local jk = P .. 'job:' .. id
   local v = redis.call('HMGET', jk, 'state', 'did', 'pool', 'tenant', 'type', 'probe', 'ck', 'est', 'cw')
   local st = v[1]
   if not st or v[2] ~= did or did == '' then return end
   if st == 'inflight' or st == 'cancelled' then
     local f = {did = v[2], pool = v[3], tenant = v[4], type = v[5], est = v[8], cw = v[9]}
-    fair_settle(jk, did, tonumber(ARGV[o + 3]) or 0, tonumber(ARGV[o + 4]) or 0, f)
+    fair_settle(jk, did, tonumber(argv[o + 3]) or 0, tonumber(argv[o + 4]) or 0, f)
     -- Unconditionally out of the held set (held: true): a job that runs
     -- again must not keep a held lease from a state written before the
     -- held mark existed.
@@ -347,17 +342,17 @@ ops.X = function(o)
     redis.call('EXPIRE', jk, ttl)
   elseif st ~= 'done' and st ~= 'cancelled' then
     if st then unindex(jk, id) end
-    terminal(jk, 'cancelled', ARGV[o + 1])
+    terminal(jk, 'cancelled', argv[o + 1])
   end
 end
 
 -- W pool worker slots expires_ms stopping routing (JSON, '' when none) hold
 ops.W = function(o)
-  local pool, w = ARGV[o], ARGV[o + 1]
+  local pool, w = argv[o], argv[o + 1]
   local pp = P .. 'pool:' .. pool
   local wz, wh, holds = pp .. ':workers', pp .. ':slots', pp .. ':holds'
-  local exp = tonumber(ARGV[o + 3])
-  if ARGV[o + 4] == '1' then
+  local exp = tonumber(argv[o + 3])
+  if argv[o + 4] == '1' then
     redis.call('ZREM', wz, w)
     redis.call('HDEL', wh, w)
     redis.call('HDEL', holds, w)
@@ -366,13 +361,13 @@ ops.W = function(o)
     redis.call('ZADD', wz, 'GT', exp, w)
     -- ZADD GT refuses an older announcement; only then take its slots.
     if tonumber(redis.call('ZSCORE', wz, w)) == exp then
-      redis.call('HSET', wh, w, ARGV[o + 2])
-      if (tonumber(ARGV[o + 6]) or 0) > 0 then
-        redis.call('HSET', holds, w, ARGV[o + 6])
+      redis.call('HSET', wh, w, argv[o + 2])
+      if (tonumber(argv[o + 6]) or 0) > 0 then
+        redis.call('HSET', holds, w, argv[o + 6])
       else
         redis.call('HDEL', holds, w)
       end
-      route_set(pool, w, ARGV[o + 5])
+      route_set(pool, w, argv[o + 5])
     end
     wake(pool)
   end
@@ -393,12 +388,12 @@ end
 
 -- H id attempt: handed back by a stopping worker.
 ops.H = function(o)
-  requeue_lost(ARGV[o], function(f) return tonumber(f[2]) == tonumber(ARGV[o + 1]) end)
+  requeue_lost(argv[o], function(f) return tonumber(f[2]) == tonumber(argv[o + 1]) end)
 end
 
 -- R id dispatch_id: the dispatch record could not be produced.
 ops.R = function(o)
-  requeue_lost(ARGV[o], function(f) return f[3] == ARGV[o + 1] end)
+  requeue_lost(argv[o], function(f) return f[3] == argv[o + 1] end)
 end
 
 -- D id tenant: dead-lettered (rebuild only): a terminal marker.
@@ -406,7 +401,7 @@ ops.D = function(o)
   local id, jk, st = op_job(o)
   if st ~= 'done' and st ~= 'cancelled' and st ~= 'dead' then
     if st then unindex(jk, id) end
-    terminal(jk, 'dead', ARGV[o + 1])
+    terminal(jk, 'dead', argv[o + 1])
   end
 end
 
@@ -417,7 +412,7 @@ ops.B = function(o)
   local id, jk, st = op_job(o)
   if st and st ~= 'done' and st ~= 'cancelled' and st ~= 'dead' then
     unindex(jk, id)
-    redis.call('HSET', jk, 'state', 'failed', 'did', ARGV[o + 1])
+    redis.call('HSET', jk, 'state', 'failed', 'did', argv[o + 1])
     redis.call('EXPIRE', jk, ttl)
     template(jk, id)
   end
@@ -425,9 +420,9 @@ end
 
 -- A pool id: the dlq record of an expired job was produced.
 ops.A = function(o)
-  local id = ARGV[o + 1]
+  local id = argv[o + 1]
   local jk = P .. 'job:' .. id
-  redis.call('ZREM', P .. 'pool:' .. ARGV[o] .. ':outbox', id)
+  redis.call('ZREM', P .. 'pool:' .. argv[o] .. ':outbox', id)
   local f = redis.call('HMGET', jk, 'state', 'tenant')
   if f[1] == 'expiring' then terminal(jk, 'dead', f[2]) end
 end
@@ -435,37 +430,52 @@ end
 -- U id dispatch_id started_ms finished_ms: the measured run of a
 -- dispatch (before its C or F): reconcile its slot-time (fair.lua).
 ops.U = function(o)
-  fair_settle(P .. 'job:' .. ARGV[o], ARGV[o + 1], tonumber(ARGV[o + 2]) or 0, tonumber(ARGV[o + 3]) or 0)
+  fair_settle(P .. 'job:' .. argv[o], argv[o + 1], tonumber(argv[o + 2]) or 0, tonumber(argv[o + 3]) or 0)
 end
 
 -- T id attempt traceparent: the trace of the enqueued attempt (after its E;
 -- an E carries it itself when both are in one batch).
 ops.T = function(o)
-  local jk = P .. 'job:' .. ARGV[o]
-  if tonumber(redis.call('HGET', jk, 'attempt')) == tonumber(ARGV[o + 1]) then
-    redis.call('HSET', jk, 'tp', ARGV[o + 2])
+  local jk = P .. 'job:' .. argv[o]
+  if tonumber(redis.call('HGET', jk, 'attempt')) == tonumber(argv[o + 1]) then
+    redis.call('HSET', jk, 'tp', argv[o + 2])
   end
 end
 
 -- ARITY is each op's argument count.
 local ARITY = {E = 17, S = 3, C = 5, F = 5, X = 2, W = 7, H = 2, R = 2, D = 2, B = 2, A = 2, U = 4, T = 3}
 
-local i = 6
-while i <= #ARGV do
-  local op, n = ARGV[i], tonumber(ARGV[i + 1])
-  local fn = ops[op]
-  if not fn then return redis.error_reply('qstore: unknown op ' .. tostring(op)) end
-  if n ~= ARITY[op] or i + 1 + n > #ARGV then
-    return redis.error_reply('qstore: op ' .. op .. ' takes ' .. ARITY[op] .. ' arguments, got ' .. tostring(ARGV[i + 1]))
+-- apply_run applies the operations of one call (a: its ARGV).
+local function apply_run(a)
+  argv, P = a, a[1]
+  fair_begin(P)
+  gate_begin(P)
+  route_begin(P)
+  now, lease, ttl = tonumber(a[2]), tonumber(a[3]), tonumber(a[4])
+  out, sup = {'', 0}, {}
+  woken, wake_every, waiting_checked = {}, false, {}
+  ended_leases, ended_held, ended_runs = {}, {}, {}
+  added, marker_written = {}, {}
+  if a[5] == '1' and redis.call('EXISTS', P .. 'epoch') == 0 then
+    return redis.error_reply('NOEPOCH scheduler state lost; rebuild required')
   end
-  -- Only enqueues (and their traces) leave the sets they add to pending.
-  if op ~= 'E' and op ~= 'T' then flush_added() end
-  fn(i + 2)
-  i = i + 2 + n
+  local i = 6
+  while i <= #argv do
+    local op, n = argv[i], tonumber(argv[i + 1])
+    local fn = ops[op]
+    if not fn then return redis.error_reply('qstore: unknown op ' .. tostring(op)) end
+    if n ~= ARITY[op] or i + 1 + n > #argv then
+      return redis.error_reply('qstore: op ' .. op .. ' takes ' .. ARITY[op] .. ' arguments, got ' .. tostring(argv[i + 1]))
+    end
+    -- Only enqueues (and their traces) leave the sets they add to pending.
+    if op ~= 'E' and op ~= 'T' then flush_added() end
+    fn(i + 2)
+    i = i + 2 + n
+  end
+  flush_added()
+  flush_ended()
+  fair_flush()
+  out[1] = wake_reply()
+  for _, v in ipairs(sup) do out[#out + 1] = v end
+  return out
 end
-flush_added()
-flush_ended()
-fair_flush()
-out[1] = wake_reply()
-for _, v in ipairs(sup) do out[#out + 1] = v end
-return out

@@ -133,10 +133,10 @@ func BenchmarkScriptFixedCost(b *testing.B) {
 	}{
 		{"empty", evalCall(redis.NewScript("return 1"), nil)},
 		{"prelude", evalCall(redis.NewScript(prelude+"\nreturn 1"), nil)},
-		{"apply-no-op", fcall(applyFunc, applyArgs)},
-		{"apply-no-op-evalsha", evalCall(redis.NewScript(prelude+applySrc), applyArgs)},
-		{"dispatch-idle", fcall(dispatchFunc, dispatchArgs)},
-		{"dispatch-idle-evalsha", evalCall(redis.NewScript(prelude+dispatchSrc), dispatchArgs)},
+		{"apply-no-op", fcall(applyScript, applyArgs)},
+		{"apply-no-op-evalsha", evalCall(redis.NewScript(applyScript.evalSource()), applyArgs)},
+		{"dispatch-idle", fcall(dispatchScript, dispatchArgs)},
+		{"dispatch-idle-evalsha", evalCall(redis.NewScript(dispatchScript.evalSource()), dispatchArgs)},
 	}
 	for _, c := range cases {
 		b.Run(c.name, func(b *testing.B) { runScript(b, rdb, c.call) })
@@ -150,8 +150,8 @@ func evalCall(script *redis.Script, args []any) scriptCall {
 	return func(ctx context.Context, rdb *redis.Client) error { return script.Run(ctx, rdb, nil, args...).Err() }
 }
 
-func fcall(fn redisFunction, args []any) scriptCall {
-	return func(ctx context.Context, rdb *redis.Client) error { return fn.call(ctx, rdb, args...).Err() }
+func fcall(j jobScript, args []any) scriptCall {
+	return func(ctx context.Context, rdb *redis.Client) error { return j.call(ctx, rdb, args...).Err() }
 }
 
 // runScript runs call for the benchmark's iterations and reports what
@@ -201,7 +201,7 @@ func BenchmarkDispatchStepByWorkers(b *testing.B) {
 			if _, err := s.Apply(ctx, now, &batch); err != nil {
 				b.Fatal(err)
 			}
-			runScript(b, rdb, fcall(dispatchFunc, s.dispatchArgs(DispatchParams{Pool: schema.PoolShort, Now: now, MaxBatch: 512, DispatchIDPrefix: "x"})))
+			runScript(b, rdb, fcall(dispatchScript, s.dispatchArgs(DispatchParams{Pool: schema.PoolShort, Now: now, MaxBatch: 512, DispatchIDPrefix: "x"})))
 		})
 	}
 }

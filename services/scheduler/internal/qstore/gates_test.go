@@ -337,7 +337,7 @@ func (b *bundle) countedDispatch(now time.Time) (int64, int64) {
 	b.n++
 	args := b.store.dispatchArgs(DispatchParams{Pool: schema.PoolShort, Now: now, Prefetch: 0, MaxBatch: 512,
 		DispatchIDPrefix: fmt.Sprintf("c%d", b.n)})
-	res, calls := b.counted(prelude+dispatchSrc, args)
+	res, calls := b.counted(dispatchScript.evalSource(), args)
 	return res[2].(int64), calls
 }
 

@@ -14,38 +14,43 @@ import (
 // of one Redis functions library (FUNCTION LOAD, FCALL) rather than as
 // EVALSHA scripts. An EVALSHA call runs its script's whole chunk every
 // time, so the ~900 lines of shared helpers (prelude: ~90 local functions)
-// were defined again on every call: about a third of what an idle dispatch
-// step costs Redis, and the calls that dispatch a few jobs at 1,000 jobs a
-// second are mostly that fixed cost (docs/performance.md, Rounds 14, 20
-// and 21). A library's top level runs once, at load; each function body
-// then starts by resetting the helpers' per-call state (fair_begin,
-// gate_begin, route_begin). The same sources still run as plain scripts
-// (the rarer flow, reset, resume and prune calls, and the tests that count
-// a script's commands), which is why the bodies, not the wrapper, call the
-// begin functions.
+// and apply's ops were defined again on every call: more than half of what
+// an apply call with a few jobs costs Redis, and at 1,000 jobs a second
+// the calls hold a few jobs each (docs/performance.md, Rounds 14, 20 and
+// 21). A library's top level runs once, at load: each source defines its
+// helpers there and an entry function (apply_run, dispatch_run) that a
+// call runs with its ARGV, which resets the helpers' per-call state first
+// (fair_begin, gate_begin, route_begin, and apply's own). The same sources
+// still run as one EVAL chunk (evalSource) where a test counts what a call
+// does; the rarer flow, reset, resume and prune scripts prepend the helpers
+// they need and call the begin functions themselves.
 //
 // The library and its functions are named after a hash of their code, so
 // scheduler replicas of different versions sharing one Redis during a
 // rolling upgrade each call their own code; a version's library stays
-// loaded after the last replica of it is gone (a few hundred KB of
-// compiled Lua; FUNCTION DELETE removes it). A Redis that lost its
-// functions (restarted without persistence, FUNCTION FLUSH) answers
-// "Function not found": the call loads the library and runs again.
+// loaded after the last replica of it is gone (FUNCTION DELETE removes
+// it). A Redis that lost its functions (restarted without persistence,
+// FUNCTION FLUSH) answers "Function not found": the call loads the library
+// and runs again.
 var (
 	libraryVersion = codeVersion(prelude, applySrc, dispatchSrc)
-	applyFunc      = redisFunction("ferry_apply_" + libraryVersion)
-	dispatchFunc   = redisFunction("ferry_dispatch_" + libraryVersion)
-	library        = buildLibrary("ferry_sched_"+libraryVersion, prelude,
-		functionBody{applyFunc, applySrc}, functionBody{dispatchFunc, dispatchSrc})
+	applyScript    = jobScript{fn: "ferry_apply_" + libraryVersion, entry: "apply_run", src: applySrc}
+	dispatchScript = jobScript{fn: "ferry_dispatch_" + libraryVersion, entry: "dispatch_run", src: dispatchSrc}
+	library        = buildLibrary("ferry_sched_"+libraryVersion, applyScript, dispatchScript)
 )
 
-// redisFunction is the name of one function of the library.
-type redisFunction string
+// jobScript is a script of the job path: its source defines entry, the Lua
+// function a call runs with its ARGV, registered as the Redis function fn.
+type jobScript struct {
+	fn    string
+	entry string
+	src   string
+}
 
-// functionBody is the code of a function: a script's source.
-type functionBody struct {
-	fn   redisFunction
-	body string
+// evalSource is the script as one EVAL chunk: the helpers, its source and
+// the call of its entry.
+func (j jobScript) evalSource() string {
+	return prelude + j.src + "\nreturn " + j.entry + "(ARGV)\n"
 }
 
 // codeVersion is a short hash of the sources.
@@ -58,15 +63,13 @@ func codeVersion(srcs ...string) string {
 }
 
 // buildLibrary is the FUNCTION LOAD source of library name: the shared
-// helpers at its top level, then each body wrapped as the function that
-// registers under its name (a body reads its arguments from ARGV, as it
-// does as a script).
-func buildLibrary(name, shared string, bodies ...functionBody) string {
+// helpers, then each script's source and the registration of its function.
+func buildLibrary(name string, scripts ...jobScript) string {
 	var b strings.Builder
 	b.WriteString("#!lua name=" + name + "\n")
-	b.WriteString(shared)
-	for _, f := range bodies {
-		fmt.Fprintf(&b, "\nredis.register_function('%s', function(KEYS, ARGV)\n%s\nend)\n", f.fn, f.body)
+	b.WriteString(prelude)
+	for _, j := range scripts {
+		fmt.Fprintf(&b, "\n%s\nredis.register_function('%s', function(KEYS, ARGV) return %s(ARGV) end)\n", j.src, j.fn, j.entry)
 	}
 	return b.String()
 }
@@ -85,15 +88,16 @@ func functionMissing(err error) bool {
 	return err != nil && strings.Contains(err.Error(), "Function not found")
 }
 
-// call runs fn with args, loading the library first if Redis lacks it.
-func (fn redisFunction) call(ctx context.Context, rdb redis.Cmdable, args ...any) *redis.Cmd {
-	cmd := rdb.FCall(ctx, string(fn), nil, args...)
+// call runs j's function with args, loading the library first if Redis
+// lacks it.
+func (j jobScript) call(ctx context.Context, rdb redis.Cmdable, args ...any) *redis.Cmd {
+	cmd := rdb.FCall(ctx, j.fn, nil, args...)
 	if functionMissing(cmd.Err()) {
 		if err := loadLibrary(ctx, rdb); err != nil {
 			cmd.SetErr(err)
 			return cmd
 		}
-		cmd = rdb.FCall(ctx, string(fn), nil, args...)
+		cmd = rdb.FCall(ctx, j.fn, nil, args...)
 	}
 	return cmd
 }

@@ -88,7 +88,7 @@ func TestFunctionsReloadWhenRedisLostThem(t *testing.T) {
 	if err != nil || len(res.Dispatched) != 5 {
 		t.Fatalf("dispatched %d of 5: %v", len(res.Dispatched), err)
 	}
-	if err := rdb.FCall(ctx, string(dispatchFunc), nil, s.dispatchArgs(DispatchParams{Pool: schema.PoolShort, Now: t0,
+	if err := rdb.FCall(ctx, dispatchScript.fn, nil, s.dispatchArgs(DispatchParams{Pool: schema.PoolShort, Now: t0,
 		MaxBatch: 1, DispatchIDPrefix: "e"})...).Err(); err != nil && err != redis.Nil {
 		t.Fatalf("the library is not loaded after the calls: %v", err)
 	}

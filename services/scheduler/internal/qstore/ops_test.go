@@ -99,7 +99,7 @@ func TestEveryOpAcceptedByScript(t *testing.T) {
 		}
 	}
 	args := append(b.store.applyHead(t0, true), "C", 3, "j", "t1", "d")
-	err := applyFunc.call(b.ctx, b.rdb, args...).Err()
+	err := applyScript.call(b.ctx, b.rdb, args...).Err()
 	if err == nil || !strings.Contains(err.Error(), "takes 5 arguments") {
 		t.Fatalf("a C op with 3 arguments: %v", err)
 	}
@@ -178,7 +178,7 @@ func TestJobLifecycleCost(t *testing.T) {
 		if len(chunks) != 1 {
 			t.Fatalf("%d chunks", len(chunks))
 		}
-		return b.counted(prelude+applySrc, chunks[0])
+		return b.counted(applyScript.evalSource(), chunks[0])
 	}
 	var enqueue Batch
 	for i := range n {
@@ -191,7 +191,7 @@ func TestJobLifecycleCost(t *testing.T) {
 	_, enqCalls := applyCounted(&enqueue)
 
 	b.n++
-	v, dispCalls := b.counted(prelude+dispatchSrc, b.store.dispatchArgs(DispatchParams{Pool: schema.PoolShort, Now: t0,
+	v, dispCalls := b.counted(dispatchScript.evalSource(), b.store.dispatchArgs(DispatchParams{Pool: schema.PoolShort, Now: t0,
 		MaxBatch: 512, DispatchIDPrefix: "cost"}))
 	res, err := decodeDispatchReply(v)
 	if err != nil || len(res.Dispatched) != n {

@@ -333,7 +333,7 @@ func (s *Store) applyHead(now time.Time, check bool) []any {
 // pipelined in one round trip.
 func (s *Store) runApply(ctx context.Context, chunks [][]any) ([][]any, error) {
 	if len(chunks) == 1 {
-		v, err := applyFunc.call(ctx, s.rdb, chunks[0]...).Slice()
+		v, err := applyScript.call(ctx, s.rdb, chunks[0]...).Slice()
 		if err != nil {
 			return nil, wrapErr("apply", err)
 		}
@@ -366,7 +366,7 @@ func (s *Store) runApply(ctx context.Context, chunks [][]any) ([][]any, error) {
 func (s *Store) pipelineApply(ctx context.Context, chunks [][]any) ([]redis.Cmder, error) {
 	return s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, c := range chunks {
-			p.FCall(ctx, string(applyFunc), nil, c...)
+			p.FCall(ctx, applyScript.fn, nil, c...)
 		}
 		return nil
 	})
@@ -420,7 +420,7 @@ type DispatchResult struct {
 
 // Dispatch runs one scheduling step of a pool in one round trip.
 func (s *Store) Dispatch(ctx context.Context, p DispatchParams) (DispatchResult, error) {
-	v, err := dispatchFunc.call(ctx, s.rdb, s.dispatchArgs(p)...).Slice()
+	v, err := dispatchScript.call(ctx, s.rdb, s.dispatchArgs(p)...).Slice()
 	if err != nil {
 		return DispatchResult{}, wrapErr("dispatch "+p.Pool, err)
 	}

@@ -26,7 +26,7 @@ func TestRetryLifecycleCost(t *testing.T) {
 		if len(chunks) != 1 {
 			t.Fatalf("%d chunks", len(chunks))
 		}
-		v, calls := b.counted(prelude+applySrc, chunks[0])
+		v, calls := b.counted(applyScript.evalSource(), chunks[0])
 		var res ApplyResult
 		if err := decodeApplyReply(v, &res); err != nil {
 			t.Fatal(err)
@@ -36,7 +36,7 @@ func TestRetryLifecycleCost(t *testing.T) {
 	dispatchCounted := func(now time.Time) ([]Template, int64) {
 		t.Helper()
 		b.n++
-		v, calls := b.counted(prelude+dispatchSrc, b.store.dispatchArgs(DispatchParams{Pool: schema.PoolShort, Now: now,
+		v, calls := b.counted(dispatchScript.evalSource(), b.store.dispatchArgs(DispatchParams{Pool: schema.PoolShort, Now: now,
 			MaxBatch: 512, DispatchIDPrefix: "cost" + strconv.Itoa(b.n)}))
 		res, err := decodeDispatchReply(v)
 		if err != nil || len(res.Dispatched) != n {
