@@ -27,17 +27,24 @@ import (
 //
 // The library and its functions are named after a hash of their code, so
 // scheduler replicas of different versions sharing one Redis during a
-// rolling upgrade each call their own code; a version's library stays
-// loaded after the last replica of it is gone (FUNCTION DELETE removes
-// it). A Redis that lost its functions (restarted without persistence,
-// FUNCTION FLUSH) answers "Function not found": the call loads the library
-// and runs again.
+// rolling upgrade each call their own code. A scheduler that starts
+// removes the libraries of other versions (dropOtherVersions), so they do
+// not pile up with every deploy; a replica of another version still
+// running finds its functions missing and loads them again. A Redis that
+// lost its functions (restarted without persistence, FUNCTION FLUSH)
+// answers "Function not found": the call loads the library and runs again.
+// That path never removes another version's library, or two versions
+// would remove each other's in turn.
 var (
 	libraryVersion = codeVersion(prelude, applySrc, dispatchSrc)
 	applyScript    = jobScript{fn: "ferry_apply_" + libraryVersion, entry: "apply_run", src: applySrc}
 	dispatchScript = jobScript{fn: "ferry_dispatch_" + libraryVersion, entry: "dispatch_run", src: dispatchSrc}
-	library        = buildLibrary("ferry_sched_"+libraryVersion, applyScript, dispatchScript)
+	libraryName    = libraryPrefix + libraryVersion
+	library        = buildLibrary(libraryName, applyScript, dispatchScript)
 )
+
+// libraryPrefix starts the name of every version's library.
+const libraryPrefix = "ferry_sched_"
 
 // jobScript is a script of the job path: its source defines entry, the Lua
 // function a call runs with its ARGV, registered as the Redis function fn.
@@ -78,6 +85,23 @@ func buildLibrary(name string, scripts ...jobScript) string {
 func loadLibrary(ctx context.Context, rdb redis.Cmdable) error {
 	if err := rdb.FunctionLoadReplace(ctx, library).Err(); err != nil {
 		return fmt.Errorf("qstore: load functions: %w", err)
+	}
+	return nil
+}
+
+// dropOtherVersions removes the libraries of the scheduler's other versions.
+func dropOtherVersions(ctx context.Context, rdb redis.Cmdable) error {
+	libs, err := rdb.FunctionList(ctx, redis.FunctionListQuery{LibraryNamePattern: libraryPrefix + "*"}).Result()
+	if err != nil {
+		return fmt.Errorf("qstore: list functions: %w", err)
+	}
+	for _, l := range libs {
+		if !strings.HasPrefix(l.Name, libraryPrefix) || l.Name == libraryName {
+			continue
+		}
+		if err := rdb.FunctionDelete(ctx, l.Name).Err(); err != nil && !strings.Contains(err.Error(), "does not exist") {
+			return fmt.Errorf("qstore: drop functions %s: %w", l.Name, err)
+		}
 	}
 	return nil
 }

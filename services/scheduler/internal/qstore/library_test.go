@@ -66,7 +66,7 @@ func TestFunctionsReloadWhenRedisLostThem(t *testing.T) {
 	rdb, s := openStore(t, Options{Lease: 10 * time.Second, Prefix: "libReload:", MaxOpsPerCall: 2})
 	drop := func() {
 		t.Helper()
-		err := rdb.FunctionDelete(ctx, "ferry_sched_"+libraryVersion).Err()
+		err := rdb.FunctionDelete(ctx, libraryName).Err()
 		if err != nil && !strings.Contains(err.Error(), "not exist") {
 			t.Fatal(err)
 		}
@@ -115,4 +115,34 @@ func enqueueAndDispatch(t *testing.T, s *Store, id string) Template {
 		t.Fatalf("%s: dispatched %v: %v", id, ids(res.Dispatched), err)
 	}
 	return res.Dispatched[0]
+}
+
+// TestLoadDropsOtherVersions: a scheduler that starts removes the library
+// of another version and keeps its own; a library of another name stays.
+func TestLoadDropsOtherVersions(t *testing.T) {
+	ctx := context.Background()
+	rdb, s := openStore(t, Options{Lease: 10 * time.Second, Prefix: "libDrop:"})
+	old := libraryPrefix + "0000000000000000"
+	other := "someone_elses_lib"
+	for _, name := range []string{old, other} {
+		code := "#!lua name=" + name + "\nredis.register_function('" + name + "_f', function() return 1 end)"
+		if err := rdb.FunctionLoadReplace(ctx, code).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() { rdb.FunctionDelete(ctx, other) })
+	if err := s.Load(ctx); err != nil {
+		t.Fatal(err)
+	}
+	libs, err := rdb.FunctionList(ctx, redis.FunctionListQuery{}).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	have := map[string]bool{}
+	for _, l := range libs {
+		have[l.Name] = true
+	}
+	if have[old] || !have[libraryName] || !have[other] {
+		t.Errorf("libraries after Load: %v; want %s and %s, not %s", have, libraryName, other, old)
+	}
 }

@@ -239,9 +239,13 @@ func New(rdb *redis.Client, opts Options) *Store {
 }
 
 // Load loads the functions library of the scripts into Redis, so the
-// first calls find it (a call that does not loads it itself).
+// first calls find it (a call that does not loads it itself), and removes
+// the libraries of the scheduler's other versions (library.go).
 func (s *Store) Load(ctx context.Context) error {
-	return loadLibrary(ctx, s.rdb)
+	if err := loadLibrary(ctx, s.rdb); err != nil {
+		return err
+	}
+	return dropOtherVersions(ctx, s.rdb)
 }
 
 // Prefix is the key prefix in use.
