@@ -39,19 +39,41 @@ local function dispatch_run(ARGV)
     route_forget(pool, w)
   end
 
+  -- first_score is the score of sorted set k's first member, nil when k is
+  -- empty. The step reads the first due time of each set it sweeps before
+  -- sweeping it: a set with nothing due is not scanned, and its first due
+  -- time is known for 7 without reading it again unless the step changed
+  -- the set (no apply call runs inside a step).
+  local function first_score(k)
+    local r = redis.call('ZRANGE', k, 0, 0, 'WITHSCORES')
+    if #r > 0 then return tonumber(r[2]) end
+    return nil
+  end
+
   -- 2. Expired leases, of attempts on workers (inflight) and of attempts held
-  -- outside them (held: async http jobs, apply.lua).
+  -- outside them (held: async http jobs, apply.lua). first_lease is the
+  -- earliest lease deadline after the step (7): the sets' first deadlines
+  -- once the expired are gone, and the leases this step adds (note_lease).
   local lost = 0
+  local first_lease
+  local function note_lease(ms)
+    if not first_lease or ms < first_lease then first_lease = ms end
+  end
   for _, leases in ipairs({inflight, held}) do
-    for _, id in ipairs(redis.call('ZRANGEBYSCORE', leases, '-inf', now, 'LIMIT', 0, 1000)) do
-      redis.call('ZREM', leases, id)
-      local jk = P .. 'job:' .. id
-      fair_unrun(jk, id)
-      if redis.call('HGET', jk, 'state') == 'inflight' then
-        fair_make_ready(jk, id, true, nil, false)
-        lost = lost + 1
+    local first = first_score(leases)
+    if first and first <= now then
+      for _, id in ipairs(redis.call('ZRANGEBYSCORE', leases, '-inf', now, 'LIMIT', 0, 1000)) do
+        redis.call('ZREM', leases, id)
+        local jk = P .. 'job:' .. id
+        fair_unrun(jk, id)
+        if redis.call('HGET', jk, 'state') == 'inflight' then
+          fair_make_ready(jk, id, true, nil, false)
+          lost = lost + 1
+        end
       end
+      first = first_score(leases)
     end
+    if first then note_lease(first) end
   end
 
   -- 3a. Lease-ahead (lookahead_ms > 0), into the workers' holds: a delayed
@@ -79,17 +101,26 @@ local function dispatch_run(ARGV)
   -- 3. Due delayed jobs. A score is the due time rounded up to the ms, so
   -- nothing is promoted early. Queues that stay empty leave the pool's index
   -- (prune.lua), so this loop costs what the live queues cost.
+  -- delayed_first[q] is the first due time of queue q's delayed set as this
+  -- step left it (false: empty), nil once the step took jobs out of it
+  -- (here or in 5c): 7 reads it again then.
   local queues = redis.call('SMEMBERS', PP .. ':queues')
+  local delayed_first = {}
   for _, q in ipairs(queues) do
     local dk = P .. 'q:' .. q .. ':delayed'
-    local due = redis.call('ZRANGEBYSCORE', dk, '-inf', now, 'LIMIT', 0, 1000)
-    if #due > 0 then redis.call('ZREM', dk, unpack(due)) end
-    for _, id in ipairs(due) do
-      local jk = P .. 'job:' .. id
-      local f = redis.call('HMGET', jk, 'state', 'pool', 'queue', 'tenant', 'prio', 'seq')
-      if f[1] == 'delayed' then
-        fair_make_ready(jk, id, false, {pool = f[2] or 'short', queue = f[3] or 'default', tenant = f[4] or '', prio = f[5]}, true)
+    local first = first_score(dk)
+    if first and first <= now then
+      local due = redis.call('ZRANGEBYSCORE', dk, '-inf', now, 'LIMIT', 0, 1000)
+      if #due > 0 then redis.call('ZREM', dk, unpack(due)) end
+      for _, id in ipairs(due) do
+        local jk = P .. 'job:' .. id
+        local f = redis.call('HMGET', jk, 'state', 'pool', 'queue', 'tenant', 'prio', 'seq')
+        if f[1] == 'delayed' then
+          fair_make_ready(jk, id, false, {pool = f[2] or 'short', queue = f[3] or 'default', tenant = f[4] or '', prio = f[5]}, true)
+        end
       end
+    else
+      delayed_first[q] = first or false
     end
   end
 
@@ -330,6 +361,7 @@ local function dispatch_run(ARGV)
           redis.call('HSET', jk, 'state', 'inflight', 'did', did, 'est', est, 'cw', best.w)
           leases[#leases + 1] = lease_until
           leases[#leases + 1] = id
+          note_lease(lease_until)
           fair_push(running, best.t, id)
           local nb = tonumber(f[14])
           if not nb or nb <= now then nb = 0 end
@@ -397,6 +429,7 @@ local function dispatch_run(ARGV)
         local did, lease_until = didp .. '-a' .. ahead_n, nb + lease
         redis.call('HSET', jk, 'state', 'inflight', 'did', did, 'est', est, 'cw', c.w, 'nb', nb)
         ahead_leases[#ahead_leases + 1], ahead_leases[#ahead_leases + 2] = lease_until, id
+        note_lease(lease_until)
         ahead_nbs[#ahead_nbs + 1], ahead_nbs[#ahead_nbs + 2] = nb, id
         fair_push(ahead_running, t, id)
         fair_push(ahead_tdel, fair_tq(pool, f[11] or 'default', t) .. ':delayed', id)
@@ -419,7 +452,13 @@ local function dispatch_run(ARGV)
   end
   if ahead_room > 0 and not ready_waiting() then
     for _, q in ipairs(queues) do
-      if lease_ahead(P .. 'q:' .. q .. ':delayed', now + ahead) then ahead_full = true end
+      -- A queue whose first delayed job is beyond the look-ahead (or that
+      -- has none) has nothing to lease ahead.
+      local first = delayed_first[q]
+      if first == nil or (first and first <= now + ahead) then
+        delayed_first[q] = nil
+        if lease_ahead(P .. 'q:' .. q .. ':delayed', now + ahead) then ahead_full = true end
+      end
       if ahead_room <= 0 or ahead_n >= maxb then break end
     end
     if ahead_n > 0 then
@@ -454,9 +493,9 @@ local function dispatch_run(ARGV)
   -- look-ahead, or, when it is in it already (it waits for its gates, 3a), is due.
   local next_due = -1
   for _, q in ipairs(queues) do
-    local r = redis.call('ZRANGE', P .. 'q:' .. q .. ':delayed', 0, 0, 'WITHSCORES')
-    if #r > 0 then
-      local s = tonumber(r[2])
+    local s = delayed_first[q]
+    if s == nil then s = first_score(P .. 'q:' .. q .. ':delayed') end
+    if s then
       if s - ahead > now then s = s - ahead end
       if next_due < 0 or s < next_due then next_due = s end
     end
@@ -468,11 +507,7 @@ local function dispatch_run(ARGV)
   end
   local gate_ms = gate_next_ms()
   if gate_ms >= 0 and (next_due < 0 or gate_ms < next_due) then next_due = gate_ms end
-  local next_lease = -1
-  for _, leases in ipairs({inflight, held}) do
-    local r = redis.call('ZRANGE', leases, 0, 0, 'WITHSCORES')
-    if #r > 0 and (next_lease < 0 or tonumber(r[2]) < next_lease) then next_lease = tonumber(r[2]) end
-  end
+  local next_lease = first_lease or -1
   local more = 0
   if cap > 0 and popped == cap and cap == maxb then more = 1 end
   if parked >= GATE_CHUNK or rt.left or not route_room(rt) then more = 1 end
