@@ -88,8 +88,8 @@ local function dispatch_run(ARGV)
   -- then: at most the look-ahead, and never more than the holds.
   local aheadk = PP .. ':ahead'
   local ahead = tonumber(ARGV[12]) or 0
-  redis.call('ZREMRANGEBYSCORE', aheadk, '-inf', now)
   local n_ahead = redis.call('ZCARD', aheadk)
+  if n_ahead > 0 then n_ahead = n_ahead - redis.call('ZREMRANGEBYSCORE', aheadk, '-inf', now) end
   local ahead_room = 0
   if ahead > 0 then
     for _, h in ipairs(redis.call('HVALS', PP .. ':holds')) do ahead_room = ahead_room + tonumber(h) end

@@ -16,10 +16,15 @@ local GP
 -- settings script writes it, so a burst of failures of one type reads it
 -- once per call instead of once per failure.
 local gate_brkcfg_seen
+-- gate_wake_first is the first due time in P gates:wake as this call read
+-- it (gate_wakeups; false: none), or nil once the call wrote the set
+-- (gate_wake_set) or has not read it: gate_next_ms reads it then.
+local gate_wake_first
 -- gate_begin starts a script call over key prefix p (fair_begin says why).
 local function gate_begin(p)
   GP = p
   gate_brkcfg_seen = {}
+  gate_wake_first = nil
 end
 -- Failure classes that count against a breaker.
 local GATE_BREAKER_CLASSES = {app_error = true, retryable = true, timeout = true}
@@ -44,8 +49,15 @@ local function gate_pk(kind, t, name) return GP .. 'gate:' .. kind .. ':' .. t .
 local function gate_run(t, key) return gate_pk('c', t, key) .. ':run' end
 local function gate_brk(t) return GP .. 'tenant:' .. t .. ':brk' end
 
+-- gate_wake_set runs cmd (ZADD or ZREM) with args on P gates:wake, the
+-- one way the scripts write it.
+local function gate_wake_set(cmd, ...)
+  gate_wake_first = nil
+  redis.call(cmd, GP .. 'gates:wake', ...)
+end
+
 -- gate_wake schedules a look at gate m at ms (earlier times win).
-local function gate_wake(m, ms) redis.call('ZADD', GP .. 'gates:wake', 'LT', ms, m) end
+local function gate_wake(m, ms) gate_wake_set('ZADD', 'LT', ms, m) end
 
 -- gate_event queues a breaker transition in the outbox the scheduler
 -- publishes from (qstore.ClaimBreakerEvents).
@@ -181,11 +193,11 @@ local function gate_rate_wake(kind, t, name, now)
   local done = gate_release(kind, t, name, n, nil)
   if cfg then redis.call('HSET', bk, 'tok', tok - done, 'at', now) end
   if redis.call('EXISTS', gate_pk(kind, t, name)) == 0 then
-    redis.call('ZREM', GP .. 'gates:wake', m)
+    gate_wake_set('ZREM', m)
   elseif cfg then
-    redis.call('ZADD', GP .. 'gates:wake', gate_refill_ms(tok - done, rate, now), m)
+    gate_wake_set('ZADD', gate_refill_ms(tok - done, rate, now), m)
   else
-    redis.call('ZADD', GP .. 'gates:wake', now, m)
+    gate_wake_set('ZADD', now, m)
   end
 end
 
@@ -249,10 +261,10 @@ local function gate_brk_wake(t, typ, now)
   local st = redis.call('HGET', gate_brk(t), typ)
   if not st then
     gate_release('b', t, typ, GATE_CHUNK, nil)
-    if redis.call('EXISTS', gate_pk('b', t, typ)) == 1 then gate_wake(m, now) else redis.call('ZREM', GP .. 'gates:wake', m) end
+    if redis.call('EXISTS', gate_pk('b', t, typ)) == 1 then gate_wake(m, now) else gate_wake_set('ZREM', m) end
     return
   end
-  redis.call('ZREM', GP .. 'gates:wake', m)
+  gate_wake_set('ZREM', m)
   local mode, arg = gate_brk_state(st)
   if mode == 'open' then
     if now < tonumber(arg) then
@@ -360,8 +372,14 @@ local function gate_leave(jk, id, ck, gk, t, probe, typ, now)
   end
 end
 
--- gate_wakeups serves the gates whose timer is due (dispatch step).
+-- gate_wakeups serves the gates whose timer is due (dispatch step). It
+-- reads the first due time first, so a step with no timer due scans
+-- nothing, and gate_next_ms knows it unless the step writes the set.
 local function gate_wakeups(now)
+  local r = redis.call('ZRANGE', GP .. 'gates:wake', 0, 0, 'WITHSCORES')
+  gate_wake_first = #r > 0 and tonumber(r[2]) or false
+  if not gate_wake_first or gate_wake_first > now then return end
+  gate_wake_first = nil
   for _, m in ipairs(redis.call('ZRANGEBYSCORE', GP .. 'gates:wake', '-inf', now, 'LIMIT', 0, 100)) do
     local kind, t, name = gate_split(m)
     if kind == 'r' or kind == 'k' then
@@ -369,16 +387,18 @@ local function gate_wakeups(now)
     elseif kind == 'b' then
       gate_brk_wake(t, name, now)
     else
-      redis.call('ZREM', GP .. 'gates:wake', m)
+      gate_wake_set('ZREM', m)
     end
   end
 end
 
 -- gate_next_ms is the earliest gate timer (-1 when none).
 local function gate_next_ms()
-  local r = redis.call('ZRANGE', GP .. 'gates:wake', 0, 0, 'WITHSCORES')
-  if #r == 0 then return -1 end
-  return tonumber(r[2])
+  if gate_wake_first == nil then
+    local r = redis.call('ZRANGE', GP .. 'gates:wake', 0, 0, 'WITHSCORES')
+    gate_wake_first = #r > 0 and tonumber(r[2]) or false
+  end
+  return gate_wake_first or -1
 end
 
 -- gate_tenant loads what dispatch needs of tenant t's gates, from its cfg

@@ -259,3 +259,26 @@ func TestLeaseAheadLeavesPausedAndCappedUntilDue(t *testing.T) {
 		t.Fatalf("at their due time: %v, want capped (the paused queue still waits)", got)
 	}
 }
+
+// TestLeasedAheadCountOnceDue: jobs leased ahead take no slot until their
+// due time; from then on they count like every job in flight, so ready
+// jobs behind them wait for a free slot.
+func TestLeasedAheadCountOnceDue(t *testing.T) {
+	b := setup(t)
+	b.workerHold(t0, "w1", 2, 4)
+	due := t0.Add(100 * time.Millisecond)
+	b.enqueue(t0, enq("a1", 1, "default", 5, due), enq("a2", 1, "default", 5, due))
+	if got := ids(b.dispatchAhead(t0, 512).Dispatched); !slices.Equal(got, []string{"a1", "a2"}) {
+		t.Fatalf("leased ahead %v, want [a1 a2]", got)
+	}
+	b.enqueue(t0, enq("r1", 1, "default", 5, time.Time{}))
+	if got := ids(b.dispatchAhead(t0.Add(time.Millisecond), 512).Dispatched); !slices.Equal(got, []string{"r1"}) {
+		t.Fatalf("before a1 and a2 are due, dispatched %v, want [r1] (they hold no slot yet)", got)
+	}
+	later := due.Add(100 * time.Millisecond)
+	b.enqueue(later, enq("r2", 1, "default", 5, time.Time{}))
+	b.workerHold(later, "w1", 2, 4)
+	if got := ids(b.dispatchAhead(later, 512).Dispatched); len(got) != 0 {
+		t.Fatalf("with a1 and a2 due and in flight on 2 slots, dispatched %v", got)
+	}
+}
