@@ -1,7 +1,8 @@
 // Package qstore keeps the scheduler's queue state in Redis. Every mutation
 // is one of two Lua scripts, so any number of scheduler replicas may share
 // one Redis: apply (lifecycle facts, in batches) and dispatch (one
-// scheduling step of a pool). Both are idempotent over at-least-once input.
+// scheduling step of a pool). Both are idempotent over at-least-once input,
+// and both run as the functions of one Redis functions library (library.go).
 //
 // Key layout under the prefix P (default "ferry:sched:"); the scripts build
 // key names from the prefix, so the store needs a single (non-cluster) Redis:
@@ -346,7 +347,8 @@ func (s *Store) runApply(ctx context.Context, chunks [][]any) ([][]any, error) {
 	cmds, err := s.pipelineApply(ctx, chunks)
 	if functionMissing(err) {
 		// Redis lost the library: load it and run the calls again (apply
-		// is idempotent, and none of them ran).
+		// is idempotent over at-least-once input, so a call that did run
+		// meanwhile may run twice).
 		if err := loadLibrary(ctx, s.rdb); err != nil {
 			return nil, err
 		}
