@@ -84,6 +84,9 @@ func buildLibrary(name string, scripts ...jobScript) string {
 // loadLibrary loads the library into Redis (again, if it is there).
 func loadLibrary(ctx context.Context, rdb redis.Cmdable) error {
 	if err := rdb.FunctionLoadReplace(ctx, library).Err(); err != nil {
+		if strings.Contains(strings.ToLower(err.Error()), "unknown command") {
+			return fmt.Errorf("qstore: the scheduler needs Redis 7.0 or newer (FUNCTION LOAD): %w", err)
+		}
 		return fmt.Errorf("qstore: load functions: %w", err)
 	}
 	return nil
