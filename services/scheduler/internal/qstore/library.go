@@ -115,11 +115,17 @@ func functionMissing(err error) bool {
 	return err != nil && strings.Contains(err.Error(), "Function not found")
 }
 
+// reloadTries bounds how often a call loads the library again and retries
+// when Redis answers that it lacks the function: more than once, because
+// another client may remove the library between the load and the retry (a
+// FUNCTION FLUSH, or a test that removes it on purpose).
+const reloadTries = 3
+
 // call runs j's function with args, loading the library first if Redis
 // lacks it.
 func (j jobScript) call(ctx context.Context, rdb redis.Cmdable, args ...any) *redis.Cmd {
 	cmd := rdb.FCall(ctx, j.fn, nil, args...)
-	if functionMissing(cmd.Err()) {
+	for try := 0; try < reloadTries && functionMissing(cmd.Err()); try++ {
 		if err := loadLibrary(ctx, rdb); err != nil {
 			cmd.SetErr(err)
 			return cmd

@@ -345,7 +345,7 @@ func (s *Store) runApply(ctx context.Context, chunks [][]any) ([][]any, error) {
 		return [][]any{v}, nil
 	}
 	cmds, err := s.pipelineApply(ctx, chunks)
-	if functionMissing(err) {
+	for try := 0; try < reloadTries && functionMissing(err); try++ {
 		// Redis lost the library: load it and run the calls again (apply
 		// is idempotent over at-least-once input, so a call that did run
 		// meanwhile may run twice).
