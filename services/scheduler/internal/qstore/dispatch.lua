@@ -39,16 +39,10 @@ local function dispatch_run(ARGV)
     route_forget(pool, w)
   end
 
-  -- first_score is the score of sorted set k's first member, nil when k is
-  -- empty. The step reads the first due time of each set it sweeps before
-  -- sweeping it: a set with nothing due is not scanned, and its first due
-  -- time is known for 7 without reading it again unless the step changed
-  -- the set (no apply call runs inside a step).
-  local function first_score(k)
-    local r = redis.call('ZRANGE', k, 0, 0, 'WITHSCORES')
-    if #r > 0 then return tonumber(r[2]) end
-    return nil
-  end
+  -- The step reads the first due time of each set it sweeps before
+  -- sweeping it (zfirst, fair.lua): a set with nothing due is not scanned,
+  -- and its first due time is known for 7 without reading it again unless
+  -- the step changed the set (no apply call runs inside a step).
 
   -- 2. Expired leases, of attempts on workers (inflight) and of attempts held
   -- outside them (held: async http jobs, apply.lua). first_lease is the
@@ -60,7 +54,7 @@ local function dispatch_run(ARGV)
     if not first_lease or ms < first_lease then first_lease = ms end
   end
   for _, leases in ipairs({inflight, held}) do
-    local first = first_score(leases)
+    local first = zfirst(leases)
     if first and first <= now then
       for _, id in ipairs(redis.call('ZRANGEBYSCORE', leases, '-inf', now, 'LIMIT', 0, 1000)) do
         redis.call('ZREM', leases, id)
@@ -71,7 +65,7 @@ local function dispatch_run(ARGV)
           lost = lost + 1
         end
       end
-      first = first_score(leases)
+      first = zfirst(leases)
     end
     if first then note_lease(first) end
   end
@@ -108,7 +102,7 @@ local function dispatch_run(ARGV)
   local delayed_first = {}
   for _, q in ipairs(queues) do
     local dk = P .. 'q:' .. q .. ':delayed'
-    local first = first_score(dk)
+    local first = zfirst(dk)
     if first and first <= now then
       local due = redis.call('ZRANGEBYSCORE', dk, '-inf', now, 'LIMIT', 0, 1000)
       if #due > 0 then redis.call('ZREM', dk, unpack(due)) end
@@ -120,7 +114,7 @@ local function dispatch_run(ARGV)
         end
       end
     else
-      delayed_first[q] = first or false
+      delayed_first[q] = first
     end
   end
 
@@ -494,7 +488,7 @@ local function dispatch_run(ARGV)
   local next_due = -1
   for _, q in ipairs(queues) do
     local s = delayed_first[q]
-    if s == nil then s = first_score(P .. 'q:' .. q .. ':delayed') end
+    if s == nil then s = zfirst(P .. 'q:' .. q .. ':delayed') end
     if s then
       if s - ahead > now then s = s - ahead end
       if next_due < 0 or s < next_due then next_due = s end
@@ -502,8 +496,8 @@ local function dispatch_run(ARGV)
   end
   -- Holds full: look again when the first job leased ahead is due.
   if ahead > 0 and ahead_room <= 0 then
-    local r = redis.call('ZRANGE', aheadk, 0, 0, 'WITHSCORES')
-    if #r > 0 and (next_due < 0 or tonumber(r[2]) < next_due) then next_due = tonumber(r[2]) end
+    local s = zfirst(aheadk)
+    if s and (next_due < 0 or s < next_due) then next_due = s end
   end
   local gate_ms = gate_next_ms()
   if gate_ms >= 0 and (next_due < 0 or gate_ms < next_due) then next_due = gate_ms end

@@ -47,6 +47,14 @@ local function fair_bulk(cmd, key, args)
   end
 end
 
+-- zfirst is the score of sorted set k's first member, false when k is
+-- empty: the one read of a set's next due time (dispatch.lua, gates.lua).
+local function zfirst(k)
+  local r = redis.call('ZRANGE', k, 0, 0, 'WITHSCORES')
+  if #r > 0 then return tonumber(r[2]) end
+  return false
+end
+
 -- fair_push appends v to the list m[k], creating it: the per-key lists a
 -- script call writes once at its end.
 local function fair_push(m, k, v)

@@ -376,8 +376,7 @@ end
 -- reads the first due time first, so a step with no timer due scans
 -- nothing, and gate_next_ms knows it unless the step writes the set.
 local function gate_wakeups(now)
-  local r = redis.call('ZRANGE', GP .. 'gates:wake', 0, 0, 'WITHSCORES')
-  gate_wake_first = #r > 0 and tonumber(r[2]) or false
+  gate_wake_first = zfirst(GP .. 'gates:wake')
   if not gate_wake_first or gate_wake_first > now then return end
   gate_wake_first = nil
   for _, m in ipairs(redis.call('ZRANGEBYSCORE', GP .. 'gates:wake', '-inf', now, 'LIMIT', 0, 100)) do
@@ -394,10 +393,7 @@ end
 
 -- gate_next_ms is the earliest gate timer (-1 when none).
 local function gate_next_ms()
-  if gate_wake_first == nil then
-    local r = redis.call('ZRANGE', GP .. 'gates:wake', 0, 0, 'WITHSCORES')
-    gate_wake_first = #r > 0 and tonumber(r[2]) or false
-  end
+  if gate_wake_first == nil then gate_wake_first = zfirst(GP .. 'gates:wake') end
   return gate_wake_first or -1
 end
 

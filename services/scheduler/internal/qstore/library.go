@@ -21,9 +21,9 @@ import (
 // helpers there and an entry function (apply_run, dispatch_run) that a
 // call runs with its ARGV, which resets the helpers' per-call state first
 // (fair_begin, gate_begin, route_begin, and apply's own). The same sources
-// still run as one EVAL chunk (evalSource) where a test counts what a call
-// does; the rarer flow, reset, resume and prune scripts prepend the helpers
-// they need and call the begin functions themselves.
+// still run as one EVAL chunk (evalSource, in the tests) where a test
+// counts what a call does; the rarer flow, reset, resume and prune scripts
+// prepend the helpers they need and call the begin functions themselves.
 //
 // The library and its functions are named after a hash of their code, so
 // scheduler replicas of different versions sharing one Redis during a
@@ -52,12 +52,6 @@ type jobScript struct {
 	fn    string
 	entry string
 	src   string
-}
-
-// evalSource is the script as one EVAL chunk: the helpers, its source and
-// the call of its entry.
-func (j jobScript) evalSource() string {
-	return prelude + j.src + "\nreturn " + j.entry + "(ARGV)\n"
 }
 
 // codeVersion is a short hash of the sources.
@@ -121,16 +115,30 @@ func functionMissing(err error) bool {
 // FUNCTION FLUSH, or a test that removes it on purpose).
 const reloadTries = 3
 
-// call runs j's function with args, loading the library first if Redis
-// lacks it.
-func (j jobScript) call(ctx context.Context, rdb redis.Cmdable, args ...any) *redis.Cmd {
-	cmd := rdb.FCall(ctx, j.fn, nil, args...)
-	for try := 0; try < reloadTries && functionMissing(cmd.Err()); try++ {
+// withLibrary runs calls, and while Redis answers that it lacks the
+// library's functions, loads the library and runs them again: the one
+// home of that rule. The scripts are idempotent over at-least-once input,
+// so a call that did run before another failed may run twice.
+func withLibrary(ctx context.Context, rdb redis.Cmdable, calls func() error) error {
+	err := calls()
+	for try := 0; try < reloadTries && functionMissing(err); try++ {
 		if err := loadLibrary(ctx, rdb); err != nil {
-			cmd.SetErr(err)
-			return cmd
+			return err
 		}
+		err = calls()
+	}
+	return err
+}
+
+// call runs j's function with args (withLibrary).
+func (j jobScript) call(ctx context.Context, rdb redis.Cmdable, args ...any) *redis.Cmd {
+	var cmd *redis.Cmd
+	err := withLibrary(ctx, rdb, func() error {
 		cmd = rdb.FCall(ctx, j.fn, nil, args...)
+		return cmd.Err()
+	})
+	if err != nil {
+		cmd.SetErr(err)
 	}
 	return cmd
 }

@@ -94,6 +94,12 @@ func TestFunctionsReloadWhenRedisLostThem(t *testing.T) {
 	}
 }
 
+// evalSource is script j as one EVAL chunk (the helpers, its source and
+// the call of its entry), for the tests that count what a call does.
+func (j jobScript) evalSource() string {
+	return prelude + j.src + "\nreturn " + j.entry + "(ARGV)\n"
+}
+
 func mustApply(t *testing.T, s *Store, b *Batch) {
 	t.Helper()
 	if _, err := s.Apply(context.Background(), t0, b); err != nil {

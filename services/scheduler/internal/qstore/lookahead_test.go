@@ -282,3 +282,21 @@ func TestLeasedAheadCountOnceDue(t *testing.T) {
 		t.Fatalf("with a1 and a2 due and in flight on 2 slots, dispatched %v", got)
 	}
 }
+
+// TestFullHoldsWakeAtTheFirstHeldDue: with the workers' holds full, a job
+// within the look-ahead waits, and the step asks to look again when the
+// first job already leased ahead is due (its slot in the holds frees), not
+// when the waiting one is.
+func TestFullHoldsWakeAtTheFirstHeldDue(t *testing.T) {
+	b := setup(t)
+	b.workerHold(t0, "w1", 10, 1)
+	first, second := t0.Add(100*time.Millisecond), t0.Add(150*time.Millisecond)
+	b.enqueue(t0, enq("a1", 1, "default", 5, first), enq("a2", 1, "default", 5, second))
+	res := b.dispatchAhead(t0, 512)
+	if got := ids(res.Dispatched); !slices.Equal(got, []string{"a1"}) {
+		t.Fatalf("leased ahead %v, want [a1] (one place in the holds)", got)
+	}
+	if !res.NextDue.Equal(first) {
+		t.Fatalf("next due %v, want a1's due time %v (the holds are full until then)", res.NextDue, first)
+	}
+}

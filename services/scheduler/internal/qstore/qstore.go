@@ -334,26 +334,18 @@ func (s *Store) applyHead(now time.Time, check bool) []any {
 	return []any{s.opts.Prefix, now.UnixMilli(), s.opts.Lease.Milliseconds(), int64(s.opts.TerminalTTL.Seconds()), flag(check)}
 }
 
-// runApply runs one apply call per chunk: a single call directly, more
-// pipelined in one round trip.
+// runApply runs one apply call per chunk, pipelined in one round trip.
 func (s *Store) runApply(ctx context.Context, chunks [][]any) ([][]any, error) {
-	if len(chunks) == 1 {
-		v, err := applyScript.call(ctx, s.rdb, chunks[0]...).Slice()
-		if err != nil {
-			return nil, wrapErr("apply", err)
-		}
-		return [][]any{v}, nil
-	}
-	cmds, err := s.pipelineApply(ctx, chunks)
-	for try := 0; try < reloadTries && functionMissing(err); try++ {
-		// Redis lost the library: load it and run the calls again (apply
-		// is idempotent over at-least-once input, so a call that did run
-		// meanwhile may run twice).
-		if err := loadLibrary(ctx, s.rdb); err != nil {
-			return nil, err
-		}
-		cmds, err = s.pipelineApply(ctx, chunks)
-	}
+	var cmds []redis.Cmder
+	err := withLibrary(ctx, s.rdb, func() (err error) {
+		cmds, err = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for _, c := range chunks {
+				p.FCall(ctx, applyScript.fn, nil, c...)
+			}
+			return nil
+		})
+		return err
+	})
 	if err != nil {
 		return nil, wrapErr("apply", err)
 	}
@@ -366,16 +358,6 @@ func (s *Store) runApply(ctx context.Context, chunks [][]any) ([][]any, error) {
 		replies = append(replies, v)
 	}
 	return replies, nil
-}
-
-// pipelineApply sends one apply call per chunk in one round trip.
-func (s *Store) pipelineApply(ctx context.Context, chunks [][]any) ([]redis.Cmder, error) {
-	return s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for _, c := range chunks {
-			p.FCall(ctx, applyScript.fn, nil, c...)
-		}
-		return nil
-	})
 }
 
 // DispatchParams say how much one dispatch step may hand out.
