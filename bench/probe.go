@@ -32,6 +32,8 @@ type Probe struct {
 	prefix string
 	tenant string
 	pid    int // the serving process: CPU is read from its process tree
+	// metrics is the serving process's /metrics URL (kafkaRequests).
+	metrics string
 }
 
 func openProbe(ctx context.Context, t *Target, prefix string) (*Probe, error) {
@@ -50,7 +52,8 @@ func openProbe(ctx context.Context, t *Target, prefix string) (*Probe, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kafka: %w", err)
 	}
-	p := &Probe{pg: pg, kc: kc, kcfg: kcfg, adm: kadm.NewClient(kc), prefix: prefix, tenant: t.Tenant, pid: t.PID}
+	p := &Probe{pg: pg, kc: kc, kcfg: kcfg, adm: kadm.NewClient(kc), prefix: prefix, tenant: t.Tenant, pid: t.PID,
+		metrics: strings.TrimSuffix(t.API, "/") + "/metrics"}
 	if t.Redis != "" {
 		opt, err := redis.ParseURL(t.Redis)
 		if err != nil {
@@ -348,7 +351,10 @@ type Counters struct {
 	// pg_stat_statements; StmtDealloc its evictions.
 	Stmts       map[string]int64
 	StmtDealloc int64
-	CPU         CPUTicks // CPU time per component of the stack
+	// KafkaReqs are the serving process's Kafka requests by client and
+	// kind (kafkaRequests), nil when its /metrics cannot be read.
+	KafkaReqs map[string]int64
+	CPU       CPUTicks // CPU time per component of the stack
 	// HostBusy and Bench are the CPU time of the whole machine and of the
 	// load generator (this process), for otherLoad.
 	HostBusy, Bench int64
@@ -357,6 +363,7 @@ type Counters struct {
 func (p *Probe) counters(ctx context.Context) Counters {
 	c := Counters{At: time.Now(), CPU: cpuTree(p.pid), HostBusy: hostBusyTicks(), Bench: selfTicks()}
 	c.Kafka, _ = p.endOffsets(ctx)
+	c.KafkaReqs = p.kafkaRequests(ctx)
 	c.PG, _ = p.pgStats(ctx)
 	c.Redis, _ = p.redisCalls(ctx)
 	c.RedisS = p.redisInfo(ctx)
@@ -475,8 +482,13 @@ func (p *Probe) perJob(a, b Counters, n int) (string, map[string]any) {
 		TupFetched: b.PG.TupFetched - a.PG.TupFetched,
 		WALRecords: b.PG.WALRecords - a.PG.WALRecords, WALFPI: b.PG.WALFPI - a.PG.WALFPI, WALBytes: b.PG.WALBytes - a.PG.WALBytes,
 	}
-	s := fmt.Sprintf("per job: kafka records %.2f (%s); redis commands %.2f (%s); postgres commits %.3f, rows inserted %.2f, updated %.2f, fetched %.2f, WAL records %.1f, WAL bytes %.0f, full-page images %.2f",
-		float64(total)/f, strings.Join(parts, ", "), float64(rtotal)/f, topPerJob(redisDelta, f),
+	s := fmt.Sprintf("per job: kafka records %.2f (%s); ", float64(total)/f, strings.Join(parts, ", "))
+	reqs, reqKinds := kafkaRequestsLine(a.KafkaReqs, b.KafkaReqs, f)
+	if reqs != "" {
+		s += reqs + "; "
+	}
+	s += fmt.Sprintf("redis commands %.2f (%s); postgres commits %.3f, rows inserted %.2f, updated %.2f, fetched %.2f, WAL records %.1f, WAL bytes %.0f, full-page images %.2f",
+		float64(rtotal)/f, topPerJob(redisDelta, f),
 		float64(pg.XactCommit)/f, float64(pg.TupInserted)/f, float64(pg.TupUpdated)/f, float64(pg.TupFetched)/f,
 		float64(pg.WALRecords)/f, float64(pg.WALBytes)/f, float64(pg.WALFPI)/f)
 	stmts, stmtKinds := statementsLine(a, b, n)
@@ -510,7 +522,7 @@ func (p *Probe) perJob(a, b Counters, n int) (string, map[string]any) {
 		"redis_aof_rewrites": b.RedisS.AOFRewrites - a.RedisS.AOFRewrites, "kafka_records": recs, "table_row_writes": tables, "table_rows_fetched": fetched, "table_seq_rows_read": seq,
 		"jobs_updates": jobs.Updates, "jobs_hot_updates": jobs.HOTUpdates, "redis_calls": redisDelta, "postgres": pg, "jobs": n,
 		"seconds": b.At.Sub(a.At).Seconds(), "cpu_us_per_job": cpu, "cpu_implausible": bad,
-		"other_cpu_pct": other, "postgres_statements": stmtKinds}
+		"other_cpu_pct": other, "postgres_statements": stmtKinds, "kafka_requests": reqKinds}
 	return s, detail
 }
 

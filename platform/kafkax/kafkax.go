@@ -72,7 +72,7 @@ func NewClient(cfg Config, extra ...kgo.Opt) (*kgo.Client, error) {
 		kgo.ProducerLinger(cfg.Linger),
 		kgo.RecordPartitioner(partitioner{base: kgo.StickyKeyPartitioner(nil)}), // partition.go
 		kgo.ProducerBatchCompression(kgo.NoCompression()),
-		kgo.WithHooks(hooks{t: Tracer(kotel.ClientID(id))}),
+		kgo.WithHooks(hooks{t: Tracer(kotel.ClientID(id))}, requestStats.counts(id)),
 		kgo.WithLogger(clientLogger{}),
 	}
 	opts = append(opts, sec...)

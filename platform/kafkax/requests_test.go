@@ -1,0 +1,93 @@
+package kafkax
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel/attribute"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+)
+
+// TestRequestsCountedByKind: a client's produce and fetch requests are
+// counted per kind, with the bytes written and read, under its client id,
+// over a real socket to an in-process broker.
+func TestRequestsCountedByKind(t *testing.T) {
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "t"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cluster.Close()
+	reader := sdkmetric.NewManualReader()
+	reg := &requestRegistry{clients: map[string]*requestCounts{}}
+	reg.once.Do(func() { reg.register(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)).Meter("test")) })
+
+	cl, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...), kgo.WithHooks(reg.counts("c1")),
+		kgo.ConsumeTopics("t"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for i := range 3 {
+		if err := cl.ProduceSync(ctx, &kgo.Record{Topic: "t", Value: []byte{byte(i)}}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for got := 0; got < 3; {
+		fs := cl.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			t.Fatalf("fetched %d of 3 records: %v", got, err)
+		}
+		got += fs.NumRecords()
+	}
+
+	reqs, written, read := collectRequests(t, reader, "c1")
+	if reqs["Produce"] != 3 {
+		t.Errorf("Produce requests %d, want 3 (one per synchronous produce); all %v", reqs["Produce"], reqs)
+	}
+	if reqs["Fetch"] < 1 || reqs["Metadata"] < 1 {
+		t.Errorf("requests %v, want at least one Fetch and one Metadata", reqs)
+	}
+	if written["Produce"] <= 0 || read["Fetch"] <= 0 {
+		t.Errorf("bytes written %v, read %v: want Produce's written and Fetch's read above 0", written, read)
+	}
+}
+
+// collectRequests reads client's request and byte counters by api.
+func collectRequests(t *testing.T, reader *sdkmetric.ManualReader, client string) (reqs, written, read map[string]int64) {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	reqs, written, read = map[string]int64{}, map[string]int64{}, map[string]int64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			sum, ok := m.Data.(metricdata.Sum[int64])
+			if !ok {
+				continue
+			}
+			for _, dp := range sum.DataPoints {
+				if c, _ := dp.Attributes.Value("client"); c.AsString() != client {
+					continue
+				}
+				api, _ := dp.Attributes.Value("api")
+				dir, _ := dp.Attributes.Value(attribute.Key("direction"))
+				switch {
+				case m.Name == RequestsMetric:
+					reqs[api.AsString()] = dp.Value
+				case dir.AsString() == "write":
+					written[api.AsString()] = dp.Value
+				default:
+					read[api.AsString()] = dp.Value
+				}
+			}
+		}
+	}
+	return reqs, written, read
+}
