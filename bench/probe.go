@@ -32,7 +32,7 @@ type Probe struct {
 	prefix string
 	tenant string
 	pid    int // the serving process: CPU is read from its process tree
-	// metrics is the serving process's /metrics URL (kafkaRequests).
+	// metrics is the serving process's /metrics URL (messageCounts).
 	metrics string
 }
 
@@ -351,10 +351,11 @@ type Counters struct {
 	// pg_stat_statements; StmtDealloc its evictions.
 	Stmts       map[string]int64
 	StmtDealloc int64
-	// KafkaReqs are the serving process's Kafka requests by client and
-	// kind (kafkaRequests), nil when its /metrics cannot be read.
-	KafkaReqs map[string]int64
-	CPU       CPUTicks // CPU time per component of the stack
+	// Messages are the serving process's Kafka requests by client and
+	// kind and its records decoded and encoded (messageCounts), nil when its
+	// /metrics cannot be read.
+	Messages map[string]int64
+	CPU      CPUTicks // CPU time per component of the stack
 	// HostBusy and Bench are the CPU time of the whole machine and of the
 	// load generator (this process), for otherLoad.
 	HostBusy, Bench int64
@@ -363,7 +364,7 @@ type Counters struct {
 func (p *Probe) counters(ctx context.Context) Counters {
 	c := Counters{At: time.Now(), CPU: cpuTree(p.pid), HostBusy: hostBusyTicks(), Bench: selfTicks()}
 	c.Kafka, _ = p.endOffsets(ctx)
-	c.KafkaReqs = p.kafkaRequests(ctx)
+	c.Messages = p.messageCounts(ctx)
 	c.PG, _ = p.pgStats(ctx)
 	c.Redis, _ = p.redisCalls(ctx)
 	c.RedisS = p.redisInfo(ctx)
@@ -483,7 +484,7 @@ func (p *Probe) perJob(a, b Counters, n int) (string, map[string]any) {
 		WALRecords: b.PG.WALRecords - a.PG.WALRecords, WALFPI: b.PG.WALFPI - a.PG.WALFPI, WALBytes: b.PG.WALBytes - a.PG.WALBytes,
 	}
 	s := fmt.Sprintf("per job: kafka records %.2f (%s); ", float64(total)/f, strings.Join(parts, ", "))
-	reqs, reqKinds := kafkaRequestsLine(a.KafkaReqs, b.KafkaReqs, f)
+	reqs, reqKinds := messagesLine(a.Messages, b.Messages, f)
 	if reqs != "" {
 		s += reqs + "; "
 	}
@@ -522,7 +523,7 @@ func (p *Probe) perJob(a, b Counters, n int) (string, map[string]any) {
 		"redis_aof_rewrites": b.RedisS.AOFRewrites - a.RedisS.AOFRewrites, "kafka_records": recs, "table_row_writes": tables, "table_rows_fetched": fetched, "table_seq_rows_read": seq,
 		"jobs_updates": jobs.Updates, "jobs_hot_updates": jobs.HOTUpdates, "redis_calls": redisDelta, "postgres": pg, "jobs": n,
 		"seconds": b.At.Sub(a.At).Seconds(), "cpu_us_per_job": cpu, "cpu_implausible": bad,
-		"other_cpu_pct": other, "postgres_statements": stmtKinds, "kafka_requests": reqKinds}
+		"other_cpu_pct": other, "postgres_statements": stmtKinds, "messages": reqKinds}
 	return s, detail
 }
 

@@ -160,6 +160,7 @@ func headerBytes(r *kgo.Record, key string) ([]byte, bool) {
 // DecodeMeta reads only the CloudEvents attributes of r. It is cheap and
 // lets a consumer filter records (by tenant, by type) before decoding data.
 func DecodeMeta(r *kgo.Record) (Meta, error) {
+	codec.metaDecodes.Add(1)
 	m, subject, tenant, err := decodeMeta(r)
 	m.Subject, m.Tenant = string(subject), string(tenant)
 	return m, err
@@ -247,6 +248,7 @@ func internType(v []byte) string {
 // a panic. Unknown JSON fields are ignored so older consumers keep reading
 // events that gained optional fields.
 func Decode(r *kgo.Record) (Event, error) {
+	codec.decodes.Add(1)
 	m, subject, tenant, err := decodeMeta(r)
 	if err != nil {
 		return Event{}, err

@@ -33,6 +33,7 @@ import (
 // encodeData encodes a record's payload: json.Marshal's bytes, fast for the
 // hot types.
 func encodeData(data Data) ([]byte, error) {
+	codec.encodes.Add(1)
 	if b, ok := fastEncode(data); ok {
 		return b, nil
 	}

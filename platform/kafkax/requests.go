@@ -58,7 +58,11 @@ var requestStats = &requestRegistry{clients: map[string]*requestCounts{}}
 // counts returns the counters of client id, registering the metrics on first
 // use.
 func (r *requestRegistry) counts(id string) *requestCounts {
-	r.once.Do(func() { r.register(otel.Meter("ferry/kafkax")) })
+	r.once.Do(func() {
+		m := otel.Meter("ferry/kafkax")
+		r.register(m)
+		registerCodec(m)
+	})
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	c, ok := r.clients[id]

@@ -10,6 +10,8 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
+	"github.com/ferryhq/ferry/events/schema"
 )
 
 // TestRequestsCountedByKind: a client's produce and fetch requests are
@@ -90,4 +92,37 @@ func collectRequests(t *testing.T, reader *sdkmetric.ManualReader, client string
 		}
 	}
 	return reqs, written, read
+}
+
+// TestCodecCountsObserved: the codec metrics report schema's counts, by
+// kind.
+func TestCodecCountsObserved(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	registerCodec(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)).Meter("test"))
+	rec, err := schema.NewRecord("t", "ferry/api", schema.Started{JobRef: schema.JobRef{JobID: "job_1", TenantID: "t1", Attempt: 1},
+		WorkerID: "w", DispatchID: "d", StartedAt: time.Now()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := schema.Decode(rec); err != nil {
+		t.Fatal(err)
+	}
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	want := schema.Counts()
+	got := map[string]int64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			for _, dp := range m.Data.(metricdata.Sum[int64]).DataPoints {
+				kind, _ := dp.Attributes.Value("kind")
+				got[m.Name+" "+kind.AsString()] = dp.Value
+			}
+		}
+	}
+	if got[DecodesMetric+" full"] != want.Decodes || got[DecodesMetric+" header"] != want.MetaDecodes ||
+		got[EncodesMetric+" "] != want.Encodes || want.Decodes < 1 || want.Encodes < 1 {
+		t.Fatalf("observed %v, want schema's counts %+v (at least one decode and one encode)", got, want)
+	}
 }
