@@ -26,8 +26,8 @@ const (
 // broker hook only adds to atomics (a request costs a few nanoseconds more);
 // the metrics are read from them when collected.
 type requestCounts struct {
-	client           string
-	requests         [kmsg.MaxKey + 1]atomic.Int64
+	client        string
+	requests      [kmsg.MaxKey + 1]atomic.Int64
 	written, read [kmsg.MaxKey + 1]atomic.Int64
 }
 
