@@ -115,15 +115,18 @@ func (s *Service) reapply(ctx context.Context, _ pgx.Tx, rec *kgo.Record) error 
 }
 
 // processGated is process under the shared gate: never during a rebuild.
+// The dispatches of the steps its apply runs keep the gate until they are
+// acknowledged, as a loop's steps do (gateHold).
 func (s *Service) processGated(ctx context.Context, recs []*kgo.Record) error {
-	s.gate.RLock()
-	defer s.gate.RUnlock()
-	return s.process(ctx, recs)
+	hold := s.holdGate()
+	defer hold.release()
+	return s.process(ctx, recs, hold)
 }
 
 // process applies one polled batch: one Redis round trip for the whole
-// batch, then, for failed attempts, one produce of the retry/dlq decisions.
-func (s *Service) process(ctx context.Context, recs []*kgo.Record) error {
+// batch and the dispatch steps it makes due (applyAndStep), then, for
+// failed attempts, one produce of the retry/dlq decisions.
+func (s *Service) process(ctx context.Context, recs []*kgo.Record, hold *gateHold) error {
 	now := s.cfg.Now()
 	var b qstore.Batch
 	failed := map[[2]string]schema.Failed{}
@@ -171,11 +174,10 @@ func (s *Service) process(ctx context.Context, recs []*kgo.Record) error {
 			}
 		}
 	}
-	res, err := s.store.Apply(ctx, now, &b)
+	res, err := s.applyAndStep(ctx, now, &b, hold)
 	if err != nil {
 		return err
 	}
-	s.wakePools(res.Wake)
 	out, err := s.decisions(res, failed, now)
 	if err != nil {
 		return err

@@ -37,7 +37,8 @@ func (s *Service) nextTick(prev time.Duration, n int) time.Duration {
 }
 
 // dispatchLoop runs dispatch steps for pool: at once when woken by the
-// consumer, at the next due time or lease deadline, and on the fallback
+// consumer, at the next due time or lease deadline (its own steps', or an
+// earlier one of the consumer's steps: applyAndStep), and on the fallback
 // tick (nextTick).
 func (s *Service) dispatchLoop(ctx context.Context, pool string) error {
 	var fallback time.Duration
@@ -45,14 +46,13 @@ func (s *Service) dispatchLoop(ctx context.Context, pool string) error {
 	defer tick.Stop()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
-	wake := s.wake[pool]
-	var rate rateEstimate
+	l := s.loops[pool]
 	for {
 		if ctx.Err() != nil {
 			return nil
 		}
-		res, err := s.stepGated(ctx, pool, s.prefetch(&rate))
-		rate.add(s.cfg.Now(), len(res.Dispatched))
+		res, err := s.stepGated(ctx, pool)
+		l.dispatched(s.cfg.Now(), len(res.Dispatched))
 		fallback = s.nextTick(fallback, len(res.Dispatched))
 		if errors.Is(err, qstore.ErrNoEpoch) {
 			// Wait for the rebuild; it wakes every loop when done.
@@ -60,7 +60,7 @@ func (s *Service) dispatchLoop(ctx context.Context, pool string) error {
 			select {
 			case <-ctx.Done():
 				return nil
-			case <-wake:
+			case <-l.wake:
 			case <-time.After(s.cfg.EpochCheck):
 			}
 			continue
@@ -74,27 +74,42 @@ func (s *Service) dispatchLoop(ctx context.Context, pool string) error {
 		if err == nil && res.More {
 			continue
 		}
-		now := s.cfg.Now()
-		next := time.Time{}
-		for _, t := range []time.Time{res.NextDue, res.NextLease} {
-			if !t.IsZero() && (next.IsZero() || t.Before(next)) {
-				next = t
-			}
+		if !s.awaitStep(ctx, l, earliest(res.NextDue, res.NextLease), fallback, timer, tick) {
+			return nil
 		}
+	}
+}
+
+// awaitStep waits for the loop's next step: a wake, the next due time
+// (next, or an earlier one the consumer's steps offer meanwhile), or the
+// fallback tick. False when ctx ended.
+func (s *Service) awaitStep(ctx context.Context, l *poolLoop, next time.Time, fallback time.Duration, timer, tick *time.Timer) bool {
+	defer timer.Stop()
+	defer tick.Stop()
+	arm := func() {
 		if !next.IsZero() {
 			// Scores are whole ms; wake just after the due ms begins.
-			timer.Reset(max(next.Sub(now), 0))
+			timer.Reset(max(next.Sub(s.cfg.Now()), 0))
 		}
-		tick.Reset(fallback)
+	}
+	arm()
+	tick.Reset(fallback)
+	for {
 		select {
 		case <-ctx.Done():
-			return nil
-		case <-wake:
+			return false
+		case <-l.wake:
+			return true
 		case <-timer.C:
+			return true
 		case <-tick.C:
+			return true
+		case <-l.next.ch:
+			if t := l.next.take(); !t.IsZero() && (next.IsZero() || t.Before(next)) {
+				next = t
+				arm()
+			}
 		}
-		timer.Stop()
-		tick.Stop()
 	}
 }
 
@@ -126,19 +141,19 @@ func (r *rateEstimate) add(now time.Time, n int) {
 // Prefetch, plus what it dispatched in the last PrefetchWindow (bandwidth ×
 // round trip), so the window grows with the rate jobs complete at and a pool
 // of slow jobs stays at Prefetch.
-func (s *Service) prefetch(r *rateEstimate) int {
+func (s *Service) prefetch(l *poolLoop) int {
 	if s.cfg.PrefetchWindow <= 0 {
 		return s.cfg.basePrefetch()
 	}
-	extra := r.decayed(s.cfg.Now()) * s.cfg.PrefetchWindow.Seconds()
+	extra := l.rateAt(s.cfg.Now()) * s.cfg.PrefetchWindow.Seconds()
 	return s.cfg.basePrefetch() + int(min(extra, float64(s.cfg.PrefetchMax)))
 }
 
 // stepGated is step under the shared gate: never during a rebuild. The gate
 // is held until the step's records are acknowledged (see step).
-func (s *Service) stepGated(ctx context.Context, pool string, prefetch int) (qstore.DispatchResult, error) {
+func (s *Service) stepGated(ctx context.Context, pool string) (qstore.DispatchResult, error) {
 	s.gate.RLock()
-	return s.step(ctx, pool, prefetch, sync.OnceFunc(s.gate.RUnlock))
+	return s.step(ctx, pool, sync.OnceFunc(s.gate.RUnlock))
 }
 
 // stepRecords are the records of a dispatch step: a dispatch per leased
@@ -197,24 +212,33 @@ func notBefore(t qstore.Template) *time.Time {
 	return &nb
 }
 
-// step runs one dispatch step of pool with prefetch dispatches allowed
-// beyond its live slots, and produces its records without waiting for them:
-// the loop can lease the next jobs while they are acknowledged. Once every
-// record is acknowledged (or failed), a goroutine releases the jobs whose
-// dispatch could not be produced and acknowledges the expired jobs' dead
-// letters, then calls done. done is called exactly once, on every path.
-func (s *Service) step(ctx context.Context, pool string, prefetch int, done func()) (qstore.DispatchResult, error) {
+// step runs one dispatch step of pool, with the dispatches its window
+// allows beyond its live slots (prefetch), and hands out what it leased
+// (handOut). done is called exactly once, on every path.
+func (s *Service) step(ctx context.Context, pool string, done func()) (qstore.DispatchResult, error) {
 	// Once the step starts it runs to the end: a reply lost to a cancel
 	// would leave jobs leased but never handed out until their lease expires.
 	ctx = context.WithoutCancel(ctx)
-	res, err := s.store.Dispatch(ctx, qstore.DispatchParams{
-		Pool: pool, Now: s.cfg.Now(), Prefetch: prefetch, MaxBatch: s.cfg.MaxBatch,
-		DispatchIDPrefix: schema.NewEventID(), Lookahead: max(s.cfg.Lookahead, 0),
-		WorkWindow: max(s.cfg.PrefetchWindow, 0), WorkMax: s.cfg.PrefetchMax,
-	})
-	if err != nil || (len(res.Dispatched) == 0 && len(res.Expired) == 0) {
+	res, err := s.store.Dispatch(ctx, s.stepParams(pool))
+	if err != nil {
 		done()
 		return res, err
+	}
+	s.handOut(ctx, pool, res, done)
+	return res, nil
+}
+
+// handOut produces the records of a step's result without waiting for
+// them: the loop can lease the next jobs while they are acknowledged. Once
+// every record is acknowledged (or failed), a goroutine releases the jobs
+// whose dispatch could not be produced and acknowledges the expired jobs'
+// dead letters, then calls done. done is called exactly once, on every
+// path.
+func (s *Service) handOut(ctx context.Context, pool string, res qstore.DispatchResult, done func()) {
+	ctx = context.WithoutCancel(ctx)
+	if len(res.Dispatched) == 0 && len(res.Expired) == 0 {
+		done()
+		return
 	}
 	// Leased jobs are handed out even if ctx ends now; a lost produce is
 	// released below or recovered when the lease expires.
@@ -253,7 +277,7 @@ func (s *Service) step(ctx context.Context, pool string, prefetch int, done func
 	s.produces.Add(1)
 	if len(recs) == 0 {
 		finish()
-		return res, nil
+		return
 	}
 	left.Store(int64(len(recs)))
 	for _, rec := range recs {
@@ -275,5 +299,4 @@ func (s *Service) step(ctx context.Context, pool string, prefetch int, done func
 			}
 		})
 	}
-	return res, nil
 }

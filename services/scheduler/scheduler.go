@@ -32,9 +32,9 @@ type Service struct {
 	log    *slog.Logger
 	store  *qstore.Store
 	policy retry.Policy
-	// wake holds one channel per pool; a send (never blocking) makes the
-	// pool's dispatch loop run a step at once.
-	wake map[string]chan struct{}
+	// loops holds what each pool's dispatch loop shares with the consumer
+	// (steps.go).
+	loops map[string]*poolLoop
 	// gate is held shared by every batch apply and dispatch step and
 	// exclusively while the Redis state is rebuilt, so normal work pauses.
 	gate sync.RWMutex
@@ -83,12 +83,12 @@ func New(ctx context.Context, deps *service.Deps, cfg Config) (*Service, error) 
 		log:    log,
 		store:  newStore(deps.Redis, cfg),
 		policy: retry.Policy{Base: cfg.RetryBase, Max: cfg.RetryMax, Rand: cfg.Rand, Types: cfg.RetryTypes},
-		wake:   make(map[string]chan struct{}, len(cfg.Pools)),
+		loops:  make(map[string]*poolLoop, len(cfg.Pools)),
 		lost:   make(chan struct{}, 1),
 		owner:  schema.NewEventID(),
 	}
 	for _, p := range cfg.Pools {
-		s.wake[p] = make(chan struct{}, 1)
+		s.loops[p] = newPoolLoop()
 	}
 	return s, nil
 }
@@ -162,13 +162,9 @@ func (s *Service) wakeAll() {
 // wakePools makes the dispatch loops w names run a step at once; a loop
 // already woken runs one step for all its wakes.
 func (s *Service) wakePools(w qstore.Wake) {
-	for pool, ch := range s.wake {
-		if !w.Has(pool) {
-			continue
-		}
-		select {
-		case ch <- struct{}{}:
-		default:
+	for pool, l := range s.loops {
+		if w.Has(pool) {
+			l.signal()
 		}
 	}
 }

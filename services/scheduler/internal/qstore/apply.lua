@@ -445,9 +445,12 @@ end
 -- ARITY is each op's argument count.
 local ARITY = {E = 17, S = 3, C = 5, F = 5, X = 2, W = 7, H = 2, R = 2, D = 2, B = 2, A = 2, U = 4, T = 3}
 
--- apply_run applies the operations of one call (a: its ARGV).
-local function apply_run(a)
+-- apply_run applies the operations of one call (a: its ARGV; the
+-- operations end at a[last], by default at its end: apply_dispatch_run
+-- passes more after them).
+local function apply_run(a, last)
   argv, P = a, a[1]
+  last = last or #a
   fair_begin(P)
   gate_begin(P)
   route_begin(P)
@@ -460,11 +463,11 @@ local function apply_run(a)
     return redis.error_reply('NOEPOCH scheduler state lost; rebuild required')
   end
   local i = 6
-  while i <= #argv do
+  while i <= last do
     local op, n = argv[i], tonumber(argv[i + 1])
     local fn = ops[op]
     if not fn then return redis.error_reply('qstore: unknown op ' .. tostring(op)) end
-    if n ~= ARITY[op] or i + 1 + n > #argv then
+    if n ~= ARITY[op] or i + 1 + n > last then
       return redis.error_reply('qstore: op ' .. op .. ' takes ' .. ARITY[op] .. ' arguments, got ' .. tostring(argv[i + 1]))
     end
     -- Only enqueues (and their traces) leave the sets they add to pending.

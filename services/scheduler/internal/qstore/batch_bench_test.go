@@ -126,7 +126,7 @@ func BenchmarkScriptFixedCost(b *testing.B) {
 	rdb, s := openStore(b, Options{Lease: 10 * time.Second, Prefix: fmt.Sprintf("fixed%d:", time.Now().UnixNano())})
 	now := time.Now()
 	applyArgs := s.applyHead(now, true)
-	dispatchArgs := s.dispatchArgs(DispatchParams{Pool: schema.PoolShort, Now: now, MaxBatch: 512, DispatchIDPrefix: "x"})
+	dispatchArgs := s.dispatchArgs(DispatchParams{Pool: schema.PoolShort, Now: now, MaxBatch: 512, DispatchIDPrefix: "x"}, true)
 	cases := []struct {
 		name string
 		call scriptCall
@@ -201,7 +201,7 @@ func BenchmarkDispatchStepByWorkers(b *testing.B) {
 			if _, err := s.Apply(ctx, now, &batch); err != nil {
 				b.Fatal(err)
 			}
-			runScript(b, rdb, fcall(dispatchScript, s.dispatchArgs(DispatchParams{Pool: schema.PoolShort, Now: now, MaxBatch: 512, DispatchIDPrefix: "x"})))
+			runScript(b, rdb, fcall(dispatchScript, s.dispatchArgs(DispatchParams{Pool: schema.PoolShort, Now: now, MaxBatch: 512, DispatchIDPrefix: "x"}, true)))
 		})
 	}
 }

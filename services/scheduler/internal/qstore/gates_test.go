@@ -336,7 +336,7 @@ func (b *bundle) countedDispatch(now time.Time) (int64, int64) {
 	b.t.Helper()
 	b.n++
 	args := b.store.dispatchArgs(DispatchParams{Pool: schema.PoolShort, Now: now, Prefetch: 0, MaxBatch: 512,
-		DispatchIDPrefix: fmt.Sprintf("c%d", b.n)})
+		DispatchIDPrefix: fmt.Sprintf("c%d", b.n)}, true)
 	res, calls := b.counted(dispatchScript.evalSource(), args)
 	return res[2].(int64), calls
 }

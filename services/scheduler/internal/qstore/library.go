@@ -35,12 +35,17 @@ import (
 // answers "Function not found": the call loads the library and runs again.
 // That path never removes another version's library, or two versions
 // would remove each other's in turn.
+//
+// The third function, apply_dispatch, runs an apply and then the dispatch
+// steps it woke in one call (applydispatch.lua); its source comes last,
+// after the two entries it calls.
 var (
-	libraryVersion = codeVersion(prelude, applySrc, dispatchSrc)
-	applyScript    = jobScript{fn: "ferry_apply_" + libraryVersion, entry: "apply_run", src: applySrc}
-	dispatchScript = jobScript{fn: "ferry_dispatch_" + libraryVersion, entry: "dispatch_run", src: dispatchSrc}
-	libraryName    = libraryPrefix + libraryVersion
-	library        = buildLibrary(libraryName, applyScript, dispatchScript)
+	libraryVersion      = codeVersion(prelude, applySrc, dispatchSrc, applyDispatchSrc)
+	applyScript         = jobScript{fn: "ferry_apply_" + libraryVersion, entry: "apply_run", src: applySrc}
+	dispatchScript      = jobScript{fn: "ferry_dispatch_" + libraryVersion, entry: "dispatch_run", src: dispatchSrc}
+	applyDispatchScript = jobScript{fn: "ferry_apply_dispatch_" + libraryVersion, entry: "apply_dispatch_run", src: applyDispatchSrc}
+	libraryName         = libraryPrefix + libraryVersion
+	library             = buildLibrary(libraryName, applyScript, dispatchScript, applyDispatchScript)
 )
 
 // libraryPrefix starts the name of every version's library.
@@ -96,7 +101,9 @@ func dropOtherVersions(ctx context.Context, rdb redis.Cmdable) error {
 		if !strings.HasPrefix(l.Name, libraryPrefix) || l.Name == libraryName {
 			continue
 		}
-		if err := rdb.FunctionDelete(ctx, l.Name).Err(); err != nil && !strings.Contains(err.Error(), "does not exist") {
+		// Another scheduler starting at the same time may have removed it
+		// first: Redis answers "Library not found".
+		if err := rdb.FunctionDelete(ctx, l.Name).Err(); err != nil && !strings.Contains(err.Error(), "not found") {
 			return fmt.Errorf("qstore: drop functions %s: %w", l.Name, err)
 		}
 	}

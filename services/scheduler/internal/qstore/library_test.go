@@ -89,7 +89,7 @@ func TestFunctionsReloadWhenRedisLostThem(t *testing.T) {
 		t.Fatalf("dispatched %d of 5: %v", len(res.Dispatched), err)
 	}
 	if err := rdb.FCall(ctx, dispatchScript.fn, nil, s.dispatchArgs(DispatchParams{Pool: schema.PoolShort, Now: t0,
-		MaxBatch: 1, DispatchIDPrefix: "e"})...).Err(); err != nil && err != redis.Nil {
+		MaxBatch: 1, DispatchIDPrefix: "e"}, true)...).Err(); err != nil && err != redis.Nil {
 		t.Fatalf("the library is not loaded after the calls: %v", err)
 	}
 }
@@ -150,5 +150,29 @@ func TestLoadDropsOtherVersions(t *testing.T) {
 	}
 	if have[old] || !have[libraryName] || !have[other] {
 		t.Errorf("libraries after Load: %v; want %s and %s, not %s", have, libraryName, other, old)
+	}
+}
+
+// TestConcurrentLoadsDropOtherVersions: schedulers of one version starting
+// together all start, though each finds another version's library and only
+// one of them removes it (Redis answers the others "Library not found").
+func TestConcurrentLoadsDropOtherVersions(t *testing.T) {
+	ctx := context.Background()
+	rdb, s := openStore(t, Options{Lease: 10 * time.Second, Prefix: "libRace:"})
+	for round := range 5 {
+		old := fmt.Sprintf("%s%016d", libraryPrefix, round+1)
+		code := "#!lua name=" + old + "\nredis.register_function('" + old + "_f', function() return 1 end)"
+		if err := rdb.FunctionLoadReplace(ctx, code).Err(); err != nil {
+			t.Fatal(err)
+		}
+		errs := make(chan error, 8)
+		for range cap(errs) {
+			go func() { errs <- s.Load(ctx) }()
+		}
+		for range cap(errs) {
+			if err := <-errs; err != nil {
+				t.Fatalf("round %d: a concurrent Load failed: %v", round, err)
+			}
+		}
 	}
 }

@@ -192,7 +192,7 @@ func TestJobLifecycleCost(t *testing.T) {
 
 	b.n++
 	v, dispCalls := b.counted(dispatchScript.evalSource(), b.store.dispatchArgs(DispatchParams{Pool: schema.PoolShort, Now: t0,
-		MaxBatch: 512, DispatchIDPrefix: "cost"}))
+		MaxBatch: 512, DispatchIDPrefix: "cost"}, true))
 	res, err := decodeDispatchReply(v)
 	if err != nil || len(res.Dispatched) != n {
 		t.Fatalf("dispatched %d: %v", len(res.Dispatched), err)

@@ -2,7 +2,9 @@
 // is one of two Lua scripts, so any number of scheduler replicas may share
 // one Redis: apply (lifecycle facts, in batches) and dispatch (one
 // scheduling step of a pool). Both are idempotent over at-least-once input,
-// and both run as the functions of one Redis functions library (library.go).
+// and both run as the functions of one Redis functions library (library.go),
+// with a third that runs an apply and the steps it wakes in one call
+// (ApplyDispatch).
 //
 // Key layout under the prefix P (default "ferry:sched:"); the scripts build
 // key names from the prefix, so the store needs a single (non-cluster) Redis:
@@ -68,6 +70,8 @@ var (
 	applySrc string
 	//go:embed dispatch.lua
 	dispatchSrc string
+	//go:embed applydispatch.lua
+	applyDispatchSrc string
 
 	// prelude is what both scripts start with: fair.lua (the fair-share
 	// helpers), gates.lua (flow control) and route.lua (type-aware
@@ -408,7 +412,7 @@ type DispatchResult struct {
 
 // Dispatch runs one scheduling step of a pool in one round trip.
 func (s *Store) Dispatch(ctx context.Context, p DispatchParams) (DispatchResult, error) {
-	v, err := dispatchScript.call(ctx, s.rdb, s.dispatchArgs(p)...).Slice()
+	v, err := dispatchScript.call(ctx, s.rdb, s.dispatchArgs(p, true)...).Slice()
 	if err != nil {
 		return DispatchResult{}, wrapErr("dispatch "+p.Pool, err)
 	}
@@ -422,10 +426,11 @@ func (s *Store) Dispatch(ctx context.Context, p DispatchParams) (DispatchResult,
 // dispatchArgs encodes a dispatch step as dispatch.lua reads its ARGV:
 // prefix pool now_ms lease_ms prefetch max_batch dispatch_id_prefix ttl_s
 // outbox_retry_ms check_epoch default_estimate_ms lookahead_ms work_window_ms
-// work_max.
-func (s *Store) dispatchArgs(p DispatchParams) []any {
+// work_max. check says whether the step checks the epoch (apply_dispatch's
+// apply did).
+func (s *Store) dispatchArgs(p DispatchParams, check bool) []any {
 	return []any{s.opts.Prefix, p.Pool, p.Now.UnixMilli(), s.opts.Lease.Milliseconds(),
-		p.Prefetch, p.MaxBatch, p.DispatchIDPrefix, int64(s.opts.TerminalTTL.Seconds()), s.opts.OutboxRetry.Milliseconds(), flag(true),
+		p.Prefetch, p.MaxBatch, p.DispatchIDPrefix, int64(s.opts.TerminalTTL.Seconds()), s.opts.OutboxRetry.Milliseconds(), flag(check),
 		s.opts.DefaultEstimate.Milliseconds(), max(p.Lookahead.Milliseconds(), 0),
 		max(p.WorkWindow.Milliseconds(), 0), max(p.WorkMax, 0)}
 }

@@ -37,7 +37,7 @@ func TestRetryLifecycleCost(t *testing.T) {
 		t.Helper()
 		b.n++
 		v, calls := b.counted(dispatchScript.evalSource(), b.store.dispatchArgs(DispatchParams{Pool: schema.PoolShort, Now: now,
-			MaxBatch: 512, DispatchIDPrefix: "cost" + strconv.Itoa(b.n)}))
+			MaxBatch: 512, DispatchIDPrefix: "cost" + strconv.Itoa(b.n)}, true))
 		res, err := decodeDispatchReply(v)
 		if err != nil || len(res.Dispatched) != n {
 			t.Fatalf("dispatched %d: %v", len(res.Dispatched), err)

@@ -1,0 +1,168 @@
+package scheduler
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ferryhq/ferry/events/schema"
+	"github.com/ferryhq/ferry/services/scheduler/internal/qstore"
+)
+
+// poolLoop is what a pool's dispatch loop shares with the consumer, which
+// runs steps of the pool too: the apply of a small batch runs the steps of
+// the pools it wakes in the same Redis call (applyAndStep), instead of
+// waking their loops for a call of their own. At 1,000 jobs a second that
+// is one script call per submitted job fewer, and a call costs Redis more
+// than the work in it (docs/performance.md, Round 22).
+type poolLoop struct {
+	// wake (capacity 1): a send (never blocking) makes the loop run a step
+	// at once.
+	wake chan struct{}
+	// next carries the next due time of the consumer's steps to the loop,
+	// which keeps the timer for it.
+	next nextHint
+	// rate is the pool's dispatch rate, both kinds of steps counted: it
+	// sizes the dispatch window (prefetch).
+	mu   sync.Mutex
+	rate rateEstimate
+}
+
+func newPoolLoop() *poolLoop {
+	return &poolLoop{wake: make(chan struct{}, 1), next: nextHint{ch: make(chan struct{}, 1)}}
+}
+
+// signal makes the loop run a step at once.
+func (l *poolLoop) signal() {
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
+}
+
+// dispatched counts n jobs a step of the pool handed out at now.
+func (l *poolLoop) dispatched(now time.Time, n int) {
+	l.mu.Lock()
+	l.rate.add(now, n)
+	l.mu.Unlock()
+}
+
+// rateAt is the pool's dispatch rate estimate at now.
+func (l *poolLoop) rateAt(now time.Time) float64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.rate.decayed(now)
+}
+
+// nextHint is the earliest next due time offered since the loop last took
+// it, and a signal that one was offered.
+type nextHint struct {
+	mu sync.Mutex
+	at time.Time
+	ch chan struct{} // capacity 1
+}
+
+// offer keeps t if it is the earliest offered, and signals the loop.
+func (h *nextHint) offer(t time.Time) {
+	if t.IsZero() {
+		return
+	}
+	h.mu.Lock()
+	if h.at.IsZero() || t.Before(h.at) {
+		h.at = t
+	}
+	h.mu.Unlock()
+	select {
+	case h.ch <- struct{}{}:
+	default:
+	}
+}
+
+// take returns the earliest time offered and forgets it (zero: none).
+func (h *nextHint) take() time.Time {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	t := h.at
+	h.at = time.Time{}
+	return t
+}
+
+// earliest is the earlier of two times, zero meaning none.
+func earliest(a, b time.Time) time.Time {
+	if a.IsZero() || (!b.IsZero() && b.Before(a)) {
+		return b
+	}
+	return a
+}
+
+// stepParams are the parameters of a step of pool now.
+func (s *Service) stepParams(pool string) qstore.DispatchParams {
+	return qstore.DispatchParams{
+		Pool: pool, Now: s.cfg.Now(), Prefetch: s.prefetch(s.loops[pool]), MaxBatch: s.cfg.MaxBatch,
+		DispatchIDPrefix: schema.NewEventID(), Lookahead: max(s.cfg.Lookahead, 0),
+		WorkWindow: max(s.cfg.PrefetchWindow, 0), WorkMax: s.cfg.PrefetchMax,
+	}
+}
+
+// applyAndStep applies b and, in the same Redis call, runs a step of each
+// pool it wakes; their records are produced as a loop's step's are, and
+// keep the gate (hold) until acknowledged. The loops of the pools woken
+// but not stepped (a batch of more than one call) are woken, and so is a
+// stepped pool's loop when its step stopped with more to do; the others
+// only learn their step's next due time.
+func (s *Service) applyAndStep(ctx context.Context, now time.Time, b *qstore.Batch, hold *gateHold) (qstore.ApplyResult, error) {
+	offer := make([]qstore.DispatchParams, 0, len(s.cfg.Pools))
+	for _, pool := range s.cfg.Pools {
+		offer = append(offer, s.stepParams(pool))
+	}
+	res, steps, err := s.store.ApplyDispatch(ctx, now, b, offer)
+	if err != nil {
+		return res, err
+	}
+	stepped := make(map[string]bool, len(steps))
+	for _, st := range steps {
+		stepped[st.Pool] = true
+		l := s.loops[st.Pool]
+		l.dispatched(s.cfg.Now(), len(st.Dispatched))
+		l.next.offer(earliest(st.NextDue, st.NextLease))
+		if st.More {
+			l.signal()
+		}
+		hold.add()
+		s.handOut(ctx, st.Pool, st.DispatchResult, hold.release)
+	}
+	for pool, l := range s.loops {
+		if res.Wake.Has(pool) && !stepped[pool] {
+			l.signal()
+		}
+	}
+	return res, nil
+}
+
+// gateHold is a share of the gate (Service.gate) taken once and released
+// when its last holder lets go: the consumer's batch and the produce of
+// each step its apply ran. A second RLock by the same goroutine could wait
+// forever behind a rebuild's Lock.
+type gateHold struct {
+	n      atomic.Int64
+	unlock func()
+}
+
+// holdGate takes a share of the gate, held by the caller.
+func (s *Service) holdGate() *gateHold {
+	s.gate.RLock()
+	h := &gateHold{unlock: s.gate.RUnlock}
+	h.n.Store(1)
+	return h
+}
+
+// add counts one more holder.
+func (h *gateHold) add() { h.n.Add(1) }
+
+// release lets one holder go; the last releases the gate.
+func (h *gateHold) release() {
+	if h.n.Add(-1) == 0 {
+		h.unlock()
+	}
+}
