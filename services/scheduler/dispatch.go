@@ -51,6 +51,9 @@ func (s *Service) dispatchLoop(ctx context.Context, pool string) error {
 		if ctx.Err() != nil {
 			return nil
 		}
+		// The step reads the state after the consumer's steps offered their
+		// next due times so far: its own next times cover them.
+		l.next.take()
 		res, err := s.stepGated(ctx, pool)
 		l.dispatched(s.cfg.Now(), len(res.Dispatched))
 		fallback = s.nextTick(fallback, len(res.Dispatched))
