@@ -13,10 +13,13 @@ type PoolStep struct {
 }
 
 // ApplyDispatch is Apply, followed in the same script call by a dispatch
-// step of each pool of steps that the apply wakes (applydispatch.lua): at
-// small batches a call costs Redis more than the work in it, and an
-// enqueued job took two, its apply and the step its wake caused. The
-// result's Wake still names every pool the apply woke, stepped or not.
+// step of each pool of steps that the apply wakes (applydispatch.lua): an
+// enqueued job took two calls, its apply and the step its wake caused. The
+// steps lease what is ready and leave the pool's housekeeping (silent
+// workers, expired leases and not_after, dead letters to hand out again)
+// to the loops' own steps, so their NextLease is only that of the leases
+// they made. The result's Wake still names every pool the apply woke,
+// stepped or not.
 //
 // A batch of more than one call's operations (MaxOpsPerCall) is applied
 // as Apply does and runs no step: the calls of a big batch are pipelined,

@@ -3,11 +3,12 @@
 -- Redis more than the work in it (docs/performance.md, Rounds 20 to 22),
 -- and a submitted job cost two: the apply of its enqueued record, then the
 -- step of the dispatch loop that apply woke.
--- ARGV: an apply call's arguments (apply.lua), then the 14 arguments of a
+-- ARGV: an apply call's arguments (apply.lua), then the 15 arguments of a
 -- dispatch step (dispatch.lua) per offered pool, their epoch check off (the
--- apply checked it in this call), then the count of the apply arguments.
+-- apply checked it in this call) and their housekeeping too (the loops'
+-- steps keep doing it), then the count of the apply arguments.
 -- Returns {apply reply, then per pool stepped: pool, its dispatch reply}.
-local DISPATCH_ARITY = 14
+local DISPATCH_ARITY = 15
 
 -- woke reports whether an apply reply's wake field ('*', or pools
 -- separated by spaces) names pool.

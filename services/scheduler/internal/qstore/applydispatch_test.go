@@ -131,3 +131,28 @@ func TestApplyDispatchNeedsTheEpoch(t *testing.T) {
 		t.Fatalf("job a exists (%d, %v) after a refused call", n, err)
 	}
 }
+
+// TestApplyDispatchLeavesHousekeepingToTheLoop: a step run by an apply
+// leases what is ready but leaves an expired lease to the loop's next step,
+// which re-queues it.
+func TestApplyDispatchLeavesHousekeepingToTheLoop(t *testing.T) {
+	b := setup(t)
+	b.worker(t0, "w1", 5)
+	b.enqueue(t0, enq("a", 1, "default", 5, t0))
+	if got := ids(b.dispatch(t0, 0).Dispatched); !slices.Equal(got, []string{"a"}) {
+		t.Fatalf("dispatched %v, want a", got)
+	}
+	later := t0.Add(11 * time.Second) // a's 10 s lease has expired
+	b.worker(later, "w1", 5)
+	_, steps := b.applyDispatch(later, func(batch *Batch) { _ = batch.Enqueue(enq("b", 1, "default", 5, later), later) })
+	if len(steps) != 1 || !slices.Equal(ids(steps[0].Dispatched), []string{"b"}) || steps[0].LeaseExpiries != 0 {
+		t.Fatalf("steps %+v: want b dispatched and a's expired lease left alone", steps)
+	}
+	if lease := steps[0].NextLease; !lease.Equal(steps[0].Dispatched[0].LeaseUntil.Truncate(time.Millisecond)) {
+		t.Fatalf("next lease %v, want b's own (%v)", lease, steps[0].Dispatched[0].LeaseUntil)
+	}
+	loop := b.dispatch(later, 0)
+	if loop.LeaseExpiries != 1 || !slices.Equal(ids(loop.Dispatched), []string{"a"}) {
+		t.Fatalf("the loop's step: %d lease expiries, dispatched %v; want a re-queued and dispatched again", loop.LeaseExpiries, ids(loop.Dispatched))
+	}
+}

@@ -7,7 +7,12 @@
 -- max_running goes first, and its best job (priority, then FIFO, across its
 -- queues of the pool) is popped (fair.lua).
 -- ARGV: prefix pool now_ms lease_ms prefetch max_batch dispatch_id_prefix ttl_s outbox_retry_ms check_epoch
---       default_estimate_ms lookahead_ms work_window_ms work_max
+--       default_estimate_ms lookahead_ms work_window_ms work_max housekeeping
+-- housekeeping '0' skips what a dispatch loop's steps do at least ten times
+-- a second anyway (1, 2, 5b, 6: silent workers, expired leases, parked
+-- jobs past not_after, unacknowledged dead letters): a step an apply runs
+-- (applydispatch.lua) leases what the apply made ready; its next lease
+-- time is then only its own leases' (the loop keeps its own).
 -- Returns {next_due_ms, next_lease_ms, n_dispatched, n_expired, more,
 --          (trailer: n_dispatched traceparents, expired lease count)
 --          dispatched (8 fields each)..., expired (8 fields each)...}.
@@ -30,13 +35,16 @@ local function dispatch_run(ARGV)
   local PP = P .. 'pool:' .. pool
   local inflight, wz, wh, outbox = PP .. ':inflight', PP .. ':workers', PP .. ':slots', PP .. ':outbox'
   local held = PP .. ':held'
+  local housekeeping = ARGV[15] ~= '0'
 
   -- 1. Workers silent past their expiry are gone.
-  for _, w in ipairs(redis.call('ZRANGEBYSCORE', wz, '-inf', now)) do
-    redis.call('ZREM', wz, w)
-    redis.call('HDEL', wh, w)
-    redis.call('HDEL', PP .. ':holds', w)
-    route_forget(pool, w)
+  if housekeeping then
+    for _, w in ipairs(redis.call('ZRANGEBYSCORE', wz, '-inf', now)) do
+      redis.call('ZREM', wz, w)
+      redis.call('HDEL', wh, w)
+      redis.call('HDEL', PP .. ':holds', w)
+      route_forget(pool, w)
+    end
   end
 
   -- The step reads the first due time of each set it sweeps before
@@ -53,7 +61,7 @@ local function dispatch_run(ARGV)
   local function note_lease(ms)
     if not first_lease or ms < first_lease then first_lease = ms end
   end
-  for _, leases in ipairs({inflight, held}) do
+  for _, leases in ipairs(housekeeping and {inflight, held} or {}) do
     local first = zfirst(leases)
     if first and first <= now then
       for _, id in ipairs(redis.call('ZRANGEBYSCORE', leases, '-inf', now, 'LIMIT', 0, 1000)) do
@@ -464,22 +472,24 @@ local function dispatch_run(ARGV)
     end
   end
 
-  -- 5b. Parked jobs whose not_after passed expire as ready ones do.
-  for _, id in ipairs(route_expiring(pool, now)) do
-    local jk = P .. 'job:' .. id
-    redis.call('HSET', jk, 'state', 'expiring')
-    redis.call('ZADD', outbox, now + retry_ms, id)
-    expired(jk, id)
-  end
-
-  -- 6. Expired jobs whose dlq record was not acknowledged in time: again.
-  for _, id in ipairs(redis.call('ZRANGEBYSCORE', outbox, '-inf', now, 'LIMIT', 0, 100)) do
-    local jk = P .. 'job:' .. id
-    if redis.call('HGET', jk, 'state') == 'expiring' then
+  if housekeeping then
+    -- 5b. Parked jobs whose not_after passed expire as ready ones do.
+    for _, id in ipairs(route_expiring(pool, now)) do
+      local jk = P .. 'job:' .. id
+      redis.call('HSET', jk, 'state', 'expiring')
       redis.call('ZADD', outbox, now + retry_ms, id)
       expired(jk, id)
-    else
-      redis.call('ZREM', outbox, id)
+    end
+
+    -- 6. Expired jobs whose dlq record was not acknowledged in time: again.
+    for _, id in ipairs(redis.call('ZRANGEBYSCORE', outbox, '-inf', now, 'LIMIT', 0, 100)) do
+      local jk = P .. 'job:' .. id
+      if redis.call('HGET', jk, 'state') == 'expiring' then
+        redis.call('ZADD', outbox, now + retry_ms, id)
+        expired(jk, id)
+      else
+        redis.call('ZREM', outbox, id)
+      end
     end
   end
 

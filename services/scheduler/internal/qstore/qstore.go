@@ -426,13 +426,14 @@ func (s *Store) Dispatch(ctx context.Context, p DispatchParams) (DispatchResult,
 // dispatchArgs encodes a dispatch step as dispatch.lua reads its ARGV:
 // prefix pool now_ms lease_ms prefetch max_batch dispatch_id_prefix ttl_s
 // outbox_retry_ms check_epoch default_estimate_ms lookahead_ms work_window_ms
-// work_max. check says whether the step checks the epoch (apply_dispatch's
-// apply did).
-func (s *Store) dispatchArgs(p DispatchParams, check bool) []any {
+// work_max housekeeping. A loop's step (full) checks the epoch and does the
+// pool's housekeeping; a step an apply runs (apply_dispatch) does neither:
+// the apply checked the epoch, and the loops' steps keep the housekeeping.
+func (s *Store) dispatchArgs(p DispatchParams, full bool) []any {
 	return []any{s.opts.Prefix, p.Pool, p.Now.UnixMilli(), s.opts.Lease.Milliseconds(),
-		p.Prefetch, p.MaxBatch, p.DispatchIDPrefix, int64(s.opts.TerminalTTL.Seconds()), s.opts.OutboxRetry.Milliseconds(), flag(check),
+		p.Prefetch, p.MaxBatch, p.DispatchIDPrefix, int64(s.opts.TerminalTTL.Seconds()), s.opts.OutboxRetry.Milliseconds(), flag(full),
 		s.opts.DefaultEstimate.Milliseconds(), max(p.Lookahead.Milliseconds(), 0),
-		max(p.WorkWindow.Milliseconds(), 0), max(p.WorkMax, 0)}
+		max(p.WorkWindow.Milliseconds(), 0), max(p.WorkMax, 0), flag(full)}
 }
 
 func flag(b bool) string {
