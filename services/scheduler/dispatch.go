@@ -87,6 +87,8 @@ func (s *Service) dispatchLoop(ctx context.Context, pool string) error {
 // (next, or an earlier one the consumer's steps offer meanwhile), or the
 // fallback tick. False when ctx ended.
 func (s *Service) awaitStep(ctx context.Context, l *poolLoop, next time.Time, fallback time.Duration, timer, tick *time.Timer) bool {
+	l.waiting.Store(true)
+	defer l.waiting.Store(false)
 	defer timer.Stop()
 	defer tick.Stop()
 	arm := func() {

@@ -20,6 +20,13 @@ type poolLoop struct {
 	// wake (capacity 1): a send (never blocking) makes the loop run a step
 	// at once.
 	wake chan struct{}
+	// waiting is true while the loop waits for its next step (awaitStep):
+	// only then does the consumer run a step of the pool. A loop that is
+	// stepping already takes what an apply made ready in its next step,
+	// with everything else waiting: at full load the loop's steps hold
+	// hundreds of jobs, and steps run by each small apply besides made
+	// more, smaller steps and slowed the consumer (Round 22).
+	waiting atomic.Bool
 	// next carries the next due time of the consumer's steps to the loop,
 	// which keeps the timer for it.
 	next nextHint
@@ -106,15 +113,18 @@ func (s *Service) stepParams(pool string) qstore.DispatchParams {
 }
 
 // applyAndStep applies b and, in the same Redis call, runs a step of each
-// pool it wakes; their records are produced as a loop's step's are, and
+// pool it wakes whose loop is waiting (poolLoop.waiting); their records
+// are produced as a loop's step's are, and
 // keep the gate (hold) until acknowledged. The loops of the pools woken
 // but not stepped (a batch of more than one call) are woken, and so is a
 // stepped pool's loop when its step stopped with more to do; the others
 // only learn their step's next due time.
 func (s *Service) applyAndStep(ctx context.Context, now time.Time, b *qstore.Batch, hold *gateHold) (qstore.ApplyResult, error) {
-	offer := make([]qstore.DispatchParams, 0, len(s.cfg.Pools))
+	var offer []qstore.DispatchParams
 	for _, pool := range s.cfg.Pools {
-		offer = append(offer, s.stepParams(pool))
+		if s.loops[pool].waiting.Load() {
+			offer = append(offer, s.stepParams(pool))
+		}
 	}
 	res, steps, err := s.store.ApplyDispatch(ctx, now, b, offer)
 	if err != nil {

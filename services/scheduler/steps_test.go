@@ -4,6 +4,11 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/ferryhq/ferry/events/schema"
+	"github.com/ferryhq/ferry/platform/redisx"
+	"github.com/ferryhq/ferry/platform/testenv"
+	"github.com/ferryhq/ferry/services/scheduler/internal/qstore"
 )
 
 // TestNextHintKeepsTheEarliest: the loop takes the earliest time offered
@@ -66,5 +71,46 @@ func TestGateHoldReleasesOnTheLastHolder(t *testing.T) {
 	h.release()
 	if !s.gate.TryLock() {
 		t.Fatal("the gate stayed held after the last holder let go")
+	}
+}
+
+// TestApplyWakesABusyLoopInsteadOfSteppingForIt: the consumer runs a step
+// only for a pool whose loop is waiting; a loop that is stepping is woken,
+// and its next step takes what the apply made ready.
+func TestApplyWakesABusyLoopInsteadOfSteppingForIt(t *testing.T) {
+	ctx := context.Background()
+	rdb, err := redisx.Open(ctx, testenv.Redis(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rdb.Close()
+	cfg := Config{Pools: []string{schema.PoolShort}}.WithDefaults()
+	s := &Service{cfg: cfg, store: newStore(rdb, cfg), loops: map[string]*poolLoop{schema.PoolShort: newPoolLoop()}}
+	if err := s.store.Load(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.store.SetEpoch(ctx, "test"); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	var b qstore.Batch
+	b.Worker(schema.WorkerStatus{WorkerID: "w1", Pool: schema.PoolShort, Slots: 1, At: now}, now.Add(time.Minute))
+	if err := b.Enqueue(schema.Enqueued{JobRef: schema.JobRef{JobID: "a", TenantID: "t1", Attempt: 1},
+		Job: schema.JobSpec{Type: "noop", Queue: "default", Pool: schema.PoolShort, MaxAttempts: 1}, CreatedAt: now}, now); err != nil {
+		t.Fatal(err)
+	}
+	hold := s.holdGate()
+	defer hold.release()
+	if _, err := s.applyAndStep(ctx, now, &b, hold); err != nil { // the loop is not waiting
+		t.Fatal(err)
+	}
+	select {
+	case <-s.loops[schema.PoolShort].wake:
+	default:
+		t.Fatal("the busy loop was not woken")
+	}
+	res, err := s.store.Dispatch(ctx, qstore.DispatchParams{Pool: schema.PoolShort, Now: now, MaxBatch: 10, DispatchIDPrefix: "d"})
+	if err != nil || len(res.Dispatched) != 1 {
+		t.Fatalf("the loop's step dispatched %d (%v), want the job the apply left to it", len(res.Dispatched), err)
 	}
 }
