@@ -129,6 +129,7 @@ func (s *Service) processGated(ctx context.Context, recs []*kgo.Record) error {
 func (s *Service) process(ctx context.Context, recs []*kgo.Record, hold *gateHold) error {
 	now := s.cfg.Now()
 	var b qstore.Batch
+	enqueues := false
 	failed := map[[2]string]schema.Failed{}
 	for _, r := range recs {
 		ev, err := schema.Decode(r)
@@ -138,6 +139,7 @@ func (s *Service) process(ctx context.Context, recs []*kgo.Record, hold *gateHol
 		}
 		switch d := ev.Data.(type) {
 		case schema.Enqueued:
+			enqueues = true
 			if err := b.Enqueue(d, ev.Time); err != nil {
 				s.log.Warn("skipping enqueued", "job_id", d.JobID, "err", err)
 			}
@@ -174,7 +176,7 @@ func (s *Service) process(ctx context.Context, recs []*kgo.Record, hold *gateHol
 			}
 		}
 	}
-	res, err := s.applyAndStep(ctx, now, &b, hold)
+	res, err := s.applyAndStep(ctx, now, &b, enqueues, hold)
 	if err != nil {
 		return err
 	}

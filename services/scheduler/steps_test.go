@@ -75,8 +75,9 @@ func TestGateHoldReleasesOnTheLastHolder(t *testing.T) {
 }
 
 // TestApplyWakesABusyLoopInsteadOfSteppingForIt: the consumer runs a step
-// only for a pool whose loop is waiting; a loop that is stepping is woken,
-// and its next step takes what the apply made ready.
+// only for a pool whose loop is waiting, and only for an apply that
+// enqueues; otherwise the loop is woken, and its next step takes what the
+// apply made ready.
 func TestApplyWakesABusyLoopInsteadOfSteppingForIt(t *testing.T) {
 	ctx := context.Background()
 	rdb, err := redisx.Open(ctx, testenv.Redis(t))
@@ -101,7 +102,7 @@ func TestApplyWakesABusyLoopInsteadOfSteppingForIt(t *testing.T) {
 	}
 	hold := s.holdGate()
 	defer hold.release()
-	if _, err := s.applyAndStep(ctx, now, &b, hold); err != nil { // the loop is not waiting
+	if _, err := s.applyAndStep(ctx, now, &b, true, hold); err != nil { // the loop is not waiting
 		t.Fatal(err)
 	}
 	select {
@@ -109,8 +110,21 @@ func TestApplyWakesABusyLoopInsteadOfSteppingForIt(t *testing.T) {
 	default:
 		t.Fatal("the busy loop was not woken")
 	}
+	// An apply without enqueues (here a second worker's announcement) leaves
+	// the job to the loop even while it waits.
+	s.loops[schema.PoolShort].waiting.Store(true)
+	var more qstore.Batch
+	more.Worker(schema.WorkerStatus{WorkerID: "w2", Pool: schema.PoolShort, Slots: 1, At: now}, now.Add(time.Minute))
+	if _, err := s.applyAndStep(ctx, now, &more, false, hold); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-s.loops[schema.PoolShort].wake:
+	default:
+		t.Fatal("the waiting loop was not woken for an apply without enqueues")
+	}
 	res, err := s.store.Dispatch(ctx, qstore.DispatchParams{Pool: schema.PoolShort, Now: now, MaxBatch: 10, DispatchIDPrefix: "d"})
 	if err != nil || len(res.Dispatched) != 1 {
-		t.Fatalf("the loop's step dispatched %d (%v), want the job the apply left to it", len(res.Dispatched), err)
+		t.Fatalf("the loop's step dispatched %d (%v), want the job the applies left to it", len(res.Dispatched), err)
 	}
 }
