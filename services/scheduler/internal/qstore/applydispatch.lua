@@ -1,8 +1,8 @@
 -- apply_dispatch: an apply call, then, in the same call, a dispatch step of
--- each offered pool the apply woke. At small batches a script call costs
--- Redis more than the work in it (docs/performance.md, Rounds 20 to 22),
--- and a submitted job cost two: the apply of its enqueued record, then the
--- step of the dispatch loop that apply woke.
+-- each offered pool the apply woke. A job submitted alone cost two calls:
+-- the apply of its enqueued record, then the step of the dispatch loop
+-- that apply woke, a goroutine hop and a round trip later
+-- (docs/performance.md, Round 22).
 -- ARGV: an apply call's arguments (apply.lua), then the 15 arguments of a
 -- dispatch step (dispatch.lua) per offered pool, their epoch check off (the
 -- apply checked it in this call) and their housekeeping too (the loops'
