@@ -28,21 +28,13 @@ var (
 // that produces or consumes records makes a Kafka client first, which
 // registers it (requestRegistry.counts).
 func registerCodec(m metric.Meter) {
-	dec, err := m.Int64ObservableCounter(DecodesMetric,
-		metric.WithDescription("Records decoded by this process: kind full (attributes and JSON data) or header (attributes only)."),
-		metric.WithUnit("{record}"))
-	if err != nil {
-		otel.Handle(err)
+	dec := observableCounter(m, DecodesMetric, "{record}",
+		"Records decoded by this process: kind full (attributes and JSON data) or header (attributes only).")
+	enc := observableCounter(m, EncodesMetric, "{record}", "Records encoded by this process.")
+	if dec == nil || enc == nil {
 		return
 	}
-	enc, err := m.Int64ObservableCounter(EncodesMetric,
-		metric.WithDescription("Records encoded by this process."),
-		metric.WithUnit("{record}"))
-	if err != nil {
-		otel.Handle(err)
-		return
-	}
-	_, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+	_, err := m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		c := schema.Counts()
 		o.ObserveInt64(dec, c.Decodes, decodeFull)
 		o.ObserveInt64(dec, c.MetaDecodes, decodeHeader)

@@ -75,27 +75,31 @@ func (r *requestRegistry) counts(id string) *requestCounts {
 
 // register makes the counters observable through m.
 func (r *requestRegistry) register(m metric.Meter) {
-	reqs, err := m.Int64ObservableCounter(RequestsMetric,
-		metric.WithDescription("Requests written to the Kafka brokers whose response was read (or that failed), per client and request kind (api)."),
-		metric.WithUnit("{request}"))
-	if err != nil {
-		otel.Handle(err)
+	reqs := observableCounter(m, RequestsMetric, "{request}",
+		"Requests written to the Kafka brokers whose response was read (or that failed), per client and request kind (api).")
+	bytes := observableCounter(m, RequestBytesMetric, "By",
+		"Bytes of the Kafka requests (direction=write) and of their responses (direction=read), per client and request kind (api).")
+	if reqs == nil || bytes == nil {
 		return
 	}
-	bytes, err := m.Int64ObservableCounter(RequestBytesMetric,
-		metric.WithDescription("Bytes of the Kafka requests (direction=write) and of their responses (direction=read), per client and request kind (api)."),
-		metric.WithUnit("By"))
-	if err != nil {
-		otel.Handle(err)
-		return
-	}
-	_, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+	_, err := m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		r.observe(o, reqs, bytes)
 		return nil
 	}, reqs, bytes)
 	if err != nil {
 		otel.Handle(err)
 	}
+}
+
+// observableCounter creates an int64 observable counter on m, nil (the
+// error handed to otel.Handle) when m refuses it.
+func observableCounter(m metric.Meter, name, unit, description string) metric.Int64ObservableCounter {
+	c, err := m.Int64ObservableCounter(name, metric.WithDescription(description), metric.WithUnit(unit))
+	if err != nil {
+		otel.Handle(err)
+		return nil
+	}
+	return c
 }
 
 // observe reports every request kind a client has used.
