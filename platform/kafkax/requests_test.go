@@ -7,11 +7,10 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
-	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/ferryhq/ferry/events/schema"
+	"github.com/ferryhq/ferry/platform/metrictest"
 )
 
 // TestRequestsCountedByKind: a client's produce and fetch requests are
@@ -63,32 +62,18 @@ func TestRequestsCountedByKind(t *testing.T) {
 // collectRequests reads client's request and byte counters by api.
 func collectRequests(t *testing.T, reader *sdkmetric.ManualReader, client string) (reqs, written, read map[string]int64) {
 	t.Helper()
-	var rm metricdata.ResourceMetrics
-	if err := reader.Collect(context.Background(), &rm); err != nil {
-		t.Fatal(err)
-	}
 	reqs, written, read = map[string]int64{}, map[string]int64{}, map[string]int64{}
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			sum, ok := m.Data.(metricdata.Sum[int64])
-			if !ok {
-				continue
-			}
-			for _, dp := range sum.DataPoints {
-				if c, _ := dp.Attributes.Value("client"); c.AsString() != client {
-					continue
-				}
-				api, _ := dp.Attributes.Value("api")
-				dir, _ := dp.Attributes.Value(attribute.Key("direction"))
-				switch {
-				case m.Name == RequestsMetric:
-					reqs[api.AsString()] = dp.Value
-				case dir.AsString() == "write":
-					written[api.AsString()] = dp.Value
-				default:
-					read[api.AsString()] = dp.Value
-				}
-			}
+	for _, p := range metrictest.Int64Points(t, reader) {
+		if p.Attr("client") != client {
+			continue
+		}
+		switch api := p.Attr("api"); {
+		case p.Name == RequestsMetric:
+			reqs[api] = p.Value
+		case p.Attr("direction") == "write":
+			written[api] = p.Value
+		default:
+			read[api] = p.Value
 		}
 	}
 	return reqs, written, read
@@ -107,19 +92,10 @@ func TestCodecCountsObserved(t *testing.T) {
 	if _, err := schema.Decode(rec); err != nil {
 		t.Fatal(err)
 	}
-	var rm metricdata.ResourceMetrics
-	if err := reader.Collect(context.Background(), &rm); err != nil {
-		t.Fatal(err)
-	}
 	want := schema.Counts()
 	got := map[string]int64{}
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			for _, dp := range m.Data.(metricdata.Sum[int64]).DataPoints {
-				kind, _ := dp.Attributes.Value("kind")
-				got[m.Name+" "+kind.AsString()] = dp.Value
-			}
-		}
+	for _, p := range metrictest.Int64Points(t, reader) {
+		got[p.Name+" "+p.Attr("kind")] = p.Value
 	}
 	if got[DecodesMetric+" full"] != want.Decodes || got[DecodesMetric+" header"] != want.MetaDecodes ||
 		got[EncodesMetric+" "] != want.Encodes || want.Decodes < 1 || want.Encodes < 1 {

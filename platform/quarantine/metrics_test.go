@@ -5,9 +5,9 @@ import (
 	"testing"
 
 	"go.opentelemetry.io/otel"
-	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
-	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
+	"github.com/ferryhq/ferry/platform/metrictest"
 )
 
 // TestMetrics: a group's parked counter exists (at 0) before anything is
@@ -22,30 +22,13 @@ func TestMetrics(t *testing.T) {
 	m.set("g1", map[Status]int64{StatusParked: 2, StatusRetry: 0, StatusResolved: 1, StatusDiscarded: 0})
 
 	collect := func() (parked map[string]int64, gauge map[string]int64) {
-		var rm metricdata.ResourceMetrics
-		if err := reader.Collect(ctx, &rm); err != nil {
-			t.Fatal(err)
-		}
 		parked, gauge = map[string]int64{}, map[string]int64{}
-		for _, sm := range rm.ScopeMetrics {
-			for _, md := range sm.Metrics {
-				switch d := md.Data.(type) {
-				case metricdata.Sum[int64]:
-					if md.Name == MetricParked {
-						for _, p := range d.DataPoints {
-							g, _ := p.Attributes.Value(attribute.Key("group"))
-							parked[g.AsString()] = p.Value
-						}
-					}
-				case metricdata.Gauge[int64]:
-					if md.Name == MetricRecords {
-						for _, p := range d.DataPoints {
-							g, _ := p.Attributes.Value(attribute.Key("group"))
-							st, _ := p.Attributes.Value(attribute.Key("status"))
-							gauge[g.AsString()+"/"+st.AsString()] = p.Value
-						}
-					}
-				}
+		for _, p := range metrictest.Int64Points(t, reader) {
+			switch p.Name {
+			case MetricParked:
+				parked[p.Attr("group")] = p.Value
+			case MetricRecords:
+				gauge[p.Attr("group")+"/"+p.Attr("status")] = p.Value
 			}
 		}
 		return parked, gauge

@@ -276,7 +276,7 @@ func (s *Service) handOut(ctx context.Context, pool string, res qstore.DispatchR
 				s.log.Error("dispatch step: settling produce results", "pool", pool, "err", err)
 				return
 			}
-			s.wakePools(ar.Wake)
+			s.wakePools(ar.Wake, nil)
 		}
 	}
 	s.produces.Add(1)

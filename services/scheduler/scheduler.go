@@ -156,14 +156,14 @@ func (s *Service) Run(ctx context.Context) error {
 
 // wakeAll makes every dispatch loop run a step at once.
 func (s *Service) wakeAll() {
-	s.wakePools(qstore.Wake{All: true})
+	s.wakePools(qstore.Wake{All: true}, nil)
 }
 
-// wakePools makes the dispatch loops w names run a step at once; a loop
-// already woken runs one step for all its wakes.
-func (s *Service) wakePools(w qstore.Wake) {
+// wakePools makes the dispatch loops w names, but for those in except, run
+// a step at once; a loop already woken runs one step for all its wakes.
+func (s *Service) wakePools(w qstore.Wake, except map[string]bool) {
 	for pool, l := range s.loops {
-		if w.Has(pool) {
+		if w.Has(pool) && !except[pool] {
 			l.signal()
 		}
 	}

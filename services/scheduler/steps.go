@@ -144,11 +144,7 @@ func (s *Service) applyAndStep(ctx context.Context, now time.Time, b *qstore.Bat
 		hold.add()
 		s.handOut(ctx, st.Pool, st.DispatchResult, hold.release)
 	}
-	for pool, l := range s.loops {
-		if res.Wake.Has(pool) && !stepped[pool] {
-			l.signal()
-		}
-	}
+	s.wakePools(res.Wake, stepped)
 	return res, nil
 }
 

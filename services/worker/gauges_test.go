@@ -1,17 +1,15 @@
 package worker
 
 import (
-	"context"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel"
-	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
-	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/ferryhq/ferry/events/schema"
+	"github.com/ferryhq/ferry/platform/metrictest"
 )
 
 // TestGaugesReportSlotsAndHold: a worker's gauges observe its running jobs
@@ -44,22 +42,10 @@ func TestGaugesReportSlotsAndHold(t *testing.T) {
 // collectGauges reads the int64 gauges of pool "short" from reader, by name.
 func collectGauges(t *testing.T, reader *sdkmetric.ManualReader) map[string]int64 {
 	t.Helper()
-	var rm metricdata.ResourceMetrics
-	if err := reader.Collect(context.Background(), &rm); err != nil {
-		t.Fatal(err)
-	}
 	out := map[string]int64{}
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			g, ok := m.Data.(metricdata.Gauge[int64])
-			if !ok {
-				continue
-			}
-			for _, dp := range g.DataPoints {
-				if pool, _ := dp.Attributes.Value(attribute.Key("pool")); pool.AsString() == "short" {
-					out[m.Name] = dp.Value
-				}
-			}
+	for _, p := range metrictest.Int64Points(t, reader) {
+		if p.Attr("pool") == "short" {
+			out[p.Name] = p.Value
 		}
 	}
 	return out

@@ -26,13 +26,17 @@ type PoolStep struct {
 // as Apply does and runs no step: the calls of a big batch are pipelined,
 // and the loops that their wake runs hand out what all of them made ready.
 func (s *Store) ApplyDispatch(ctx context.Context, now time.Time, b *Batch, steps []DispatchParams) (ApplyResult, []PoolStep, error) {
+	if len(steps) == 0 {
+		res, err := s.Apply(ctx, now, b)
+		return res, nil, err
+	}
 	var res ApplyResult
 	if b.Len() == 0 {
 		return res, nil, nil
 	}
 	chunks := b.chunks(s.applyHead(now, true), s.opts.MaxOpsPerCall)
-	if len(chunks) != 1 || len(steps) == 0 {
-		res, err := s.apply(ctx, now, b, true)
+	if len(chunks) != 1 {
+		res, err := s.applyChunks(ctx, chunks)
 		return res, nil, err
 	}
 	args := chunks[0]

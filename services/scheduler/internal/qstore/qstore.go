@@ -315,11 +315,16 @@ func (s *Store) ApplyRebuild(ctx context.Context, now time.Time, b *Batch) (Appl
 }
 
 func (s *Store) apply(ctx context.Context, now time.Time, b *Batch, check bool) (ApplyResult, error) {
-	var res ApplyResult
 	if b.Len() == 0 {
-		return res, nil
+		return ApplyResult{}, nil
 	}
-	chunks := b.chunks(s.applyHead(now, check), s.opts.MaxOpsPerCall)
+	return s.applyChunks(ctx, b.chunks(s.applyHead(now, check), s.opts.MaxOpsPerCall))
+}
+
+// applyChunks runs the apply calls of a batch's chunks (Batch.chunks) and
+// merges their replies.
+func (s *Store) applyChunks(ctx context.Context, chunks [][]any) (ApplyResult, error) {
+	var res ApplyResult
 	replies, err := s.runApply(ctx, chunks)
 	if err != nil {
 		return res, err
