@@ -19,10 +19,10 @@ import (
 	"bytes"
 	"encoding/json"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/ferryhq/ferry/events/schema"
+	"github.com/ferryhq/ferry/platform/telemetry"
 )
 
 // Row is one job of the status projection.
@@ -166,7 +166,7 @@ func Apply(r *Row, ev schema.Event) bool {
 }
 
 func applyEnqueued(r *Row, e schema.Enqueued, m schema.Meta) {
-	sub := submission{traceID: TraceID(m.TraceParent), idemKey: e.IdempotencyKey, reqHash: e.RequestHash, unique: e.Unique}
+	sub := submission{traceID: telemetry.TraceIDOf(m.TraceParent), idemKey: e.IdempotencyKey, reqHash: e.RequestHash, unique: e.Unique}
 	applySpec(r, e.Attempt, e.Job, e.CreatedAt, sub, e.RedrivenFrom)
 	if e.ScheduleID != "" {
 		r.ScheduleID = e.ScheduleID
@@ -260,21 +260,6 @@ func applyError(r *Row, rank int, e schema.ErrorInfo) {
 		return
 	}
 	r.ErrorRank, r.LastErrorClass, r.LastErrorMessage = rank, string(e.Class), e.Message
-}
-
-// TraceID returns the trace-id part of a W3C traceparent header
-// ("00-<trace-id>-<parent-id>-<flags>"), or "" if it has none.
-func TraceID(traceparent string) string {
-	parts := strings.Split(traceparent, "-")
-	if len(parts) < 4 || len(parts[1]) != 32 || strings.Trim(parts[1], "0") == "" {
-		return ""
-	}
-	for _, c := range parts[1] {
-		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
-			return ""
-		}
-	}
-	return parts[1]
 }
 
 // ts normalises a time the way Postgres stores it (UTC, microseconds), so a

@@ -192,19 +192,6 @@ func TestApplyReportsChange(t *testing.T) {
 	}
 }
 
-func TestTraceID(t *testing.T) {
-	for in, want := range map[string]string{
-		traceparent: "4bf92f3577b34da6a3ce929d0e0e4736",
-		"":          "",
-		"00-00000000000000000000000000000000-00f067aa0ba902b7-01": "",
-		"00-XYZ-1-01": "",
-	} {
-		if got := TraceID(in); got != want {
-			t.Errorf("TraceID(%q) = %q, want %q", in, got, want)
-		}
-	}
-}
-
 func names(evs []schema.Event) []string {
 	out := make([]string, len(evs))
 	for i, e := range evs {

@@ -6,9 +6,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
-	"encoding/hex"
 	"fmt"
-	"strings"
 	"time"
 )
 
@@ -89,21 +87,6 @@ func appendBytes(b, s []byte) []byte {
 // One consumer owns a partition, so parallel consumers never share a chain.
 func ID(tenant, topic string, partition int32) string {
 	return fmt.Sprintf("%s/%s/%d", tenant, topic, partition)
-}
-
-// TraceID returns the trace id of a W3C traceparent header
-// ("00-<32 hex trace id>-<16 hex span id>-<2 hex flags>"), or "" when the
-// header is missing or malformed.
-func TraceID(traceparent string) string {
-	parts := strings.Split(strings.TrimSpace(traceparent), "-")
-	if len(parts) < 4 || len(parts[1]) != 32 {
-		return ""
-	}
-	id := strings.ToLower(parts[1])
-	if _, err := hex.DecodeString(id); err != nil || id == strings.Repeat("0", 32) {
-		return ""
-	}
-	return id
 }
 
 // Position is where a verification walk stands in a chain: the last seq and

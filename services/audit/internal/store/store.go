@@ -20,6 +20,7 @@ import (
 	"github.com/ferryhq/ferry/events/schema"
 	"github.com/ferryhq/ferry/platform/pgstore"
 	"github.com/ferryhq/ferry/platform/projection"
+	"github.com/ferryhq/ferry/platform/telemetry"
 	"github.com/ferryhq/ferry/services/audit/internal/chain"
 )
 
@@ -92,6 +93,7 @@ func (s *Store) Apply(ctx context.Context, tx pgx.Tx, recs []*kgo.Record) error 
 func (s *Store) decodeRows(ctx context.Context, recs []*kgo.Record) []*chain.Row {
 	rows := make([]*chain.Row, 0, len(recs))
 	seen := make(map[string]bool, len(recs))
+	chains := chainIDs{}
 	for _, r := range recs {
 		ev, err := projection.Decode(ctx, r)
 		if err != nil {
@@ -104,7 +106,7 @@ func (s *Store) decodeRows(ctx context.Context, recs []*kgo.Record) []*chain.Row
 		}
 		seen[ev.ID] = true
 		rows = append(rows, &chain.Row{
-			ChainID:  chain.ID(ref.TenantID, r.Topic, r.Partition),
+			ChainID:  chains.of(ref.TenantID, r.Topic, r.Partition),
 			EventID:  ev.ID,
 			TenantID: ref.TenantID,
 			JobID:    ref.JobID,
@@ -112,11 +114,31 @@ func (s *Store) decodeRows(ctx context.Context, recs []*kgo.Record) []*chain.Row
 			Attempt:  ref.Attempt,
 			Occurred: ev.Time.UTC().Truncate(time.Microsecond),
 			Actor:    actorOf(ev),
-			TraceID:  chain.TraceID(ev.TraceParent),
+			TraceID:  telemetry.TraceIDOf(ev.TraceParent),
 			Data:     r.Value,
 		})
 	}
 	return rows
+}
+
+// chainIDs are a batch's chain names (chain.ID), each made once: a batch
+// holds a few chains (a tenant's partitions of each lifecycle topic) and
+// hundreds of rows.
+type chainIDs map[chainKey]string
+
+type chainKey struct {
+	tenant, topic string
+	partition     int32
+}
+
+func (c chainIDs) of(tenant, topic string, partition int32) string {
+	k := chainKey{tenant, topic, partition}
+	id, ok := c[k]
+	if !ok {
+		id = chain.ID(tenant, topic, partition)
+		c[k] = id
+	}
+	return id
 }
 
 // appendNew chains and appends the rows whose event no earlier batch
