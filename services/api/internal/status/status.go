@@ -165,6 +165,20 @@ func Apply(r *Row, ev schema.Event) bool {
 	return !before.equal(r)
 }
 
+// CarriesSpec reports whether ev carries a job's specification (enqueued,
+// dead-lettered). Apply changes a row's specification only for such an
+// event, but for one field: an event folded into a row without a
+// specification yet (SpecAttempt 0) may move its CreatedAt. So a store may
+// fold any other event into a row of which it read only the state, the
+// key, SpecAttempt, CreatedAt and Queue (TestEventsWithoutSpecReadOnlyTheState).
+func CarriesSpec(ev schema.Event) bool {
+	switch ev.Data.(type) {
+	case schema.Enqueued, schema.DeadLettered:
+		return true
+	}
+	return false
+}
+
 func applyEnqueued(r *Row, e schema.Enqueued, m schema.Meta) {
 	sub := submission{traceID: telemetry.TraceIDOf(m.TraceParent), idemKey: e.IdempotencyKey, reqHash: e.RequestHash, unique: e.Unique}
 	applySpec(r, e.Attempt, e.Job, e.CreatedAt, sub, e.RedrivenFrom)

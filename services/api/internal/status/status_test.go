@@ -288,3 +288,56 @@ func nonZero(t *testing.T, typ reflect.Type) reflect.Value {
 	}
 	return v
 }
+
+// TestEventsWithoutSpecReadOnlyTheState holds Apply to what CarriesSpec
+// promises the store's partial loads: an event without a specification,
+// folded into any row of history's prefixes, changes no specification
+// field but a spec-less row's CreatedAt, and gives the same row whether the
+// specification (but for SpecAttempt, CreatedAt and Queue) was read or not.
+func TestEventsWithoutSpecReadOnlyTheState(t *testing.T) {
+	partial := func(r Row) Row {
+		p := Row{TenantID: r.TenantID, ID: r.ID, SpecAttempt: r.SpecAttempt, CreatedAt: r.CreatedAt, Queue: r.Queue}
+		p.EnqAttempt, p.ScheduledFor, p.Delayed, p.Pos = r.EnqAttempt, r.ScheduledFor, r.Delayed, r.Pos
+		p.RunAttempt, p.StartedAt, p.WorkerID, p.FinishedAt, p.Result = r.RunAttempt, r.StartedAt, r.WorkerID, r.FinishedAt, r.Result
+		p.ProgressAttempt, p.ProgressAt, p.ProgressPercent, p.ProgressMessage = r.ProgressAttempt, r.ProgressAt, r.ProgressPercent, r.ProgressMessage
+		p.ErrorRank, p.LastErrorClass, p.LastErrorMessage = r.ErrorRank, r.LastErrorClass, r.LastErrorMessage
+		return p
+	}
+	evs := history()
+	evs = append(evs, ev(13*time.Second, schema.Cancelled{JobRef: ref(2), At: t0.Add(13 * time.Second)}))
+	checked := 0
+	rng := rand.New(rand.NewPCG(3, 4))
+	for range 300 {
+		order := append([]schema.Event(nil), evs...)
+		rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+		for n := range len(order) {
+			before := fold(order[:n])
+			for _, e := range evs {
+				if CarriesSpec(e) {
+					continue
+				}
+				full, part := before, partial(before)
+				Apply(&full, e)
+				Apply(&part, e)
+				if !full.SameSpec(&before) || (before.SpecAttempt != 0 && !full.CreatedAt.Equal(before.CreatedAt)) {
+					t.Fatalf("%s after %v changed the specification:\n before %+v\n after  %+v", e.Type, names(order[:n]), before, full)
+				}
+				if want := partial(full); !reflect.DeepEqual(part, want) {
+					t.Fatalf("%s after %v, from the state alone:\n got  %+v\n want %+v", e.Type, names(order[:n]), part, want)
+				}
+				checked++
+			}
+		}
+	}
+	if checked == 0 {
+		t.Fatal("checked nothing")
+	}
+	for _, e := range evs {
+		if _, spec := e.Data.(schema.Enqueued); spec != CarriesSpec(e) {
+			t.Fatalf("CarriesSpec(%s) = %v", e.Type, CarriesSpec(e))
+		}
+	}
+	if !CarriesSpec(ev(0, schema.DeadLettered{JobRef: ref(1), Job: spec()})) {
+		t.Fatal("a dead-lettered event carries the specification")
+	}
+}

@@ -261,9 +261,18 @@ func scanJob(row pgx.CollectableRow) (Job, error) { return scanJobWith(row) }
 
 // scanJobWith scans a row of selectColumns followed by the columns of extra.
 func scanJobWith(row pgx.CollectableRow, extra ...any) (Job, error) {
+	return scanColumns(row, jobColumns, extra...)
+}
+
+// scanFoldColumns scans a row of foldSelect.
+func scanFoldColumns(row pgx.CollectableRow) (Job, error) { return scanColumns(row, foldColumns) }
+
+// scanColumns scans a row of cols followed by the columns of extra; the
+// columns not in cols keep their zero value.
+func scanColumns(row pgx.CollectableRow, cols []column, extra ...any) (Job, error) {
 	var r scannedRow
-	dests := make([]any, len(jobColumns), len(jobColumns)+len(extra))
-	for i, c := range jobColumns {
+	dests := make([]any, len(cols), len(cols)+len(extra))
+	for i, c := range cols {
 		dests[i] = c.dest(&r)
 	}
 	if err := row.Scan(append(dests, extra...)...); err != nil {
@@ -274,6 +283,33 @@ func scanJobWith(row pgx.CollectableRow, extra ...any) (Job, error) {
 
 // selectColumns is the SELECT list of a whole row, for scanJob.
 var selectColumns = strings.Join(columnNames, ", ")
+
+// foldColumns are what the projection reads of a job none of whose batch's
+// events carries a specification (status.CarriesSpec), nearly every
+// update: the key, the state, and the three specification columns such a
+// fold consults (spec_attempt and created_at: status.Apply moves the
+// creation time of a row without a specification; queue: the queue
+// counters). The rest of the specification, the payload first, is neither
+// read nor written for it (writeState); Postgres does not render a jsonb
+// payload and the projection does not scan one for every status change.
+var foldColumns = func() []column {
+	var cols []column
+	for _, c := range jobColumns {
+		if c.group != specColumn || c.name == "spec_attempt" || c.name == "created_at" || c.name == "queue" {
+			cols = append(cols, c)
+		}
+	}
+	return cols
+}()
+
+// foldSelect is the SELECT list of foldColumns, for scanFoldColumns.
+var foldSelect = func() string {
+	names := make([]string, len(foldColumns))
+	for i, c := range foldColumns {
+		names[i] = c.name
+	}
+	return strings.Join(names, ", ")
+}()
 
 // batchWrite is a statement writing many rows: one array parameter per
 // column (unnest), so the statement text is the same whatever the number

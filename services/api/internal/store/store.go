@@ -121,11 +121,11 @@ func (s *Store) Apply(ctx context.Context, tx pgx.Tx, recs []*kgo.Record) error 
 	if len(batch.order) == 0 {
 		return nil
 	}
-	loaded, err := loadForUpdate(ctx, tx, batch.order)
+	loaded, err := loadForUpdate(ctx, tx, batch)
 	if err != nil {
 		return err
 	}
-	writes, counts := fold(batch, loaded, time.Now())
+	writes, counts := fold(batch, loaded.rows, time.Now())
 	if len(writes) == 0 {
 		return nil
 	}
@@ -140,10 +140,12 @@ func (s *Store) Apply(ctx context.Context, tx pgx.Tx, recs []*kgo.Record) error 
 }
 
 // batchEvents are a batch's lifecycle events by job, jobs in the order
-// their first event came.
+// their first event came; spec holds the jobs one of whose events carries
+// their specification (status.CarriesSpec).
 type batchEvents struct {
 	order []jobKey
 	byJob map[jobKey][]schema.Event
+	spec  map[jobKey]bool
 }
 
 // groupByJob decodes recs (each once, and once for every projection of a
@@ -151,7 +153,7 @@ type batchEvents struct {
 // and groups the lifecycle events by job; other records are skipped,
 // undecodable ones logged.
 func (s *Store) groupByJob(ctx context.Context, recs []*kgo.Record) batchEvents {
-	b := batchEvents{byJob: map[jobKey][]schema.Event{}}
+	b := batchEvents{byJob: map[jobKey][]schema.Event{}, spec: map[jobKey]bool{}}
 	for _, rec := range recs {
 		ev, err := projection.Decode(ctx, rec)
 		if err != nil {
@@ -167,37 +169,78 @@ func (s *Store) groupByJob(ctx context.Context, recs []*kgo.Record) batchEvents 
 			b.order = append(b.order, k)
 		}
 		b.byJob[k] = append(b.byJob[k], ev)
+		if status.CarriesSpec(ev) {
+			b.spec[k] = true
+		}
 	}
 	return b
 }
 
-// loadForUpdate reads and locks the existing rows of keys, each through
-// the primary key (a lateral subquery per key: the planner cannot turn it
-// into a scan of the table, as it would a join with the key arrays while
-// the table is small enough), in key order so two projection transactions
-// never deadlock.
-func loadForUpdate(ctx context.Context, tx pgx.Tx, keys []jobKey) (map[jobKey]*Job, error) {
-	sorted := slices.Clone(keys)
+// loadedJobs are the stored rows of a batch's jobs. A row of partial
+// holds foldColumns only: none of the batch's events for it carries a
+// specification, so its fold needs no more (status.CarriesSpec).
+type loadedJobs struct {
+	rows    map[jobKey]*Job
+	partial map[jobKey]bool
+}
+
+// loadForUpdate reads and locks the existing rows of the batch's jobs, in
+// key order so two projection transactions never deadlock: foldColumns of
+// each, then the whole row of those the batch brings a specification for
+// (few: a job's enqueued event nearly always comes before its row exists).
+func loadForUpdate(ctx context.Context, tx pgx.Tx, batch batchEvents) (loadedJobs, error) {
+	sorted := slices.Clone(batch.order)
 	slices.SortFunc(sorted, compareKeys)
-	tenants, ids := make([]string, len(sorted)), make([]string, len(sorted))
-	for i, k := range sorted {
+	jobs, err := selectJobs(ctx, tx, foldSelect+" FROM jobs", " FOR UPDATE", sorted, scanFoldColumns)
+	if err != nil {
+		return loadedJobs{}, err
+	}
+	out := loadedJobs{rows: make(map[jobKey]*Job, len(jobs)), partial: make(map[jobKey]bool, len(jobs))}
+	var whole []jobKey
+	for i := range jobs {
+		k := jobKey{jobs[i].TenantID, jobs[i].ID}
+		out.rows[k] = &jobs[i]
+		if batch.spec[k] {
+			whole = append(whole, k)
+		} else {
+			out.partial[k] = true
+		}
+	}
+	if len(whole) == 0 {
+		return out, nil
+	}
+	// Locked by the first read: a plain read sees them as they are.
+	full, err := selectJobs(ctx, tx, selectColumns+" FROM jobs", "", whole, scanJob)
+	if err != nil {
+		return loadedJobs{}, err
+	}
+	for i := range full {
+		out.rows[jobKey{full[i].TenantID, full[i].ID}] = &full[i]
+	}
+	return out, nil
+}
+
+// selectJobs reads the rows of keys (in that order) with the SELECT list
+// and table of what and the locking clause lock, each through the primary
+// key (a lateral subquery per key: the planner cannot turn it into a scan
+// of the table, as it would a join with the key arrays while the table is
+// small enough).
+func selectJobs(ctx context.Context, tx pgx.Tx, what, lock string, keys []jobKey, scan pgx.RowToFunc[Job]) ([]Job, error) {
+	tenants, ids := make([]string, len(keys)), make([]string, len(keys))
+	for i, k := range keys {
 		tenants[i], ids[i] = k.tenant, k.id
 	}
 	rows, err := tx.Query(ctx, `SELECT j.* FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS k(t, i, n)
-		CROSS JOIN LATERAL (SELECT `+selectColumns+` FROM jobs WHERE tenant_id = k.t AND id = k.i FOR UPDATE) j
+		CROSS JOIN LATERAL (SELECT `+what+` WHERE tenant_id = k.t AND id = k.i`+lock+`) j
 		ORDER BY k.n`, tenants, ids)
 	if err != nil {
 		return nil, fmt.Errorf("store: load jobs: %w", err)
 	}
-	jobs, err := pgx.CollectRows(rows, scanJob)
+	jobs, err := pgx.CollectRows(rows, scan)
 	if err != nil {
 		return nil, fmt.Errorf("store: load jobs: %w", err)
 	}
-	out := make(map[jobKey]*Job, len(jobs))
-	for i := range jobs {
-		out[jobKey{jobs[i].TenantID, jobs[i].ID}] = &jobs[i]
-	}
-	return out, nil
+	return jobs, nil
 }
 
 // compareKeys orders jobs by tenant, then id: the order every statement
@@ -240,19 +283,25 @@ func fold(batch batchEvents, loaded map[jobKey]*Job, now time.Time) ([]*Job, *co
 // (copyNewJobs), then one statement per kind of update: rows whose
 // specification is unchanged get their state columns only; rows whose
 // specification changed (rare: an enqueued event after the row was
-// created from a later one) are written whole. A row another transaction
-// wrote meanwhile fails the batch with ErrConcurrentWrite; the retry
-// merges into it.
-func writeJobs(ctx context.Context, tx pgx.Tx, writes []*Job, loaded map[jobKey]*Job) error {
+// created from a later one) are written whole. A row read partially
+// (loadedJobs) is written whole only while it has no specification, whose
+// columns then all hold their defaults, as the partial row does. A row
+// another transaction wrote meanwhile fails the batch with
+// ErrConcurrentWrite; the retry merges into it.
+func writeJobs(ctx context.Context, tx pgx.Tx, writes []*Job, loaded loadedJobs) error {
 	slices.SortFunc(writes, func(a, b *Job) int { return compareKeys(jobKey{a.TenantID, a.ID}, jobKey{b.TenantID, b.ID}) })
 	var fresh, whole, state []*Job
 	for _, j := range writes {
-		before := loaded[jobKey{j.TenantID, j.ID}]
+		k := jobKey{j.TenantID, j.ID}
+		before := loaded.rows[k]
 		switch {
 		case before == nil:
 			fresh = append(fresh, j)
 		case sameSpec(before, j):
 			state = append(state, j)
+		case loaded.partial[k] && before.SpecAttempt != 0:
+			// status.CarriesSpec promises this cannot happen.
+			return fmt.Errorf("store: job %s of %s: an event without a specification changed it", j.ID, j.TenantID)
 		default:
 			whole = append(whole, j)
 		}

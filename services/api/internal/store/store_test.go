@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -219,4 +220,59 @@ func TestIdempotencyKeyConflict(t *testing.T) {
 func jsonEq(a, b []byte) bool {
 	var x, y any
 	return json.Unmarshal(a, &x) == nil && json.Unmarshal(b, &y) == nil && reflect.DeepEqual(x, y)
+}
+
+// TestStatusUpdatesReadTheStateOnly: a batch none of whose events carries
+// the job's specification reads and writes the row's state alone
+// (foldColumns), and still keeps what the fold needs of the rest: the
+// queue its counters move in, the creation time of a row created from a
+// later event, and the specification it does not read.
+func TestStatusUpdatesReadTheStateOnly(t *testing.T) {
+	s := open(t)
+	ctx := context.Background()
+	queues := func() map[string][2]int64 {
+		t.Helper()
+		rows, err := s.pool.Query(ctx, `SELECT queue, pending, running FROM tenant_queue_counts WHERE tenant_id = 'acme'`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string][2]int64{}
+		for rows.Next() {
+			var q string
+			var c [2]int64
+			if err := rows.Scan(&q, &c[0], &c[1]); err != nil {
+				t.Fatal(err)
+			}
+			out[q] = c
+		}
+		return out
+	}
+	recs := history(t, "job_state", "")
+	s.applyTx(t, recs[0:1]) // enqueued: a new row, pending in q
+	s.applyTx(t, recs[1:2]) // started alone
+	if got := queues(); !reflect.DeepEqual(got, map[string][2]int64{"q": {0, 1}}) {
+		t.Fatalf("queue counts after the start: %v", got)
+	}
+	s.applyTx(t, recs[2:5]) // progress, progress, failed
+	got, ok, err := s.Get(ctx, "acme", "job_state")
+	if err != nil || !ok {
+		t.Fatal(ok, err)
+	}
+	if got.Pos != (schema.Position{Attempt: 1, Phase: schema.PhaseFailed}) || got.LastErrorMessage != "boom" || got.ProgressMessage != "m" ||
+		!jsonEq(got.Payload, json.RawMessage(`{"a":1}`)) || !slices.Equal(got.Tags, []string{"t1", "t2"}) || got.Type != "x" {
+		t.Fatalf("after the state-only batches: %+v", got.Row)
+	}
+
+	// A row created from a start, then a progress report: the creation
+	// time stays the earliest event's.
+	recs = history(t, "job_late", "")
+	s.applyTx(t, recs[1:2])
+	s.applyTx(t, recs[2:3])
+	got, ok, err = s.Get(ctx, "acme", "job_late")
+	if err != nil || !ok {
+		t.Fatal(ok, err)
+	}
+	if want := time.Date(2026, 3, 1, 10, 0, 1, 123456000, time.UTC); !got.CreatedAt.Equal(want) || got.Status() != schema.StatusRunning {
+		t.Fatalf("created %v (want %v), status %s", got.CreatedAt, want, got.Status())
+	}
 }
