@@ -7,6 +7,7 @@ replace github.com/ferryhq/ferry/platform => ../platform
 require (
 	github.com/ferryhq/ferry/platform v0.0.0-00010101000000-000000000000
 	github.com/jackc/pgx/v5 v5.12.0
+	github.com/prometheus/common v0.72.0
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/twmb/franz-go v1.22.2
 	github.com/twmb/franz-go/pkg/kadm v1.18.0

@@ -1,13 +1,14 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"net/http"
-	"regexp"
-	"strconv"
 	"strings"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 )
 
 // The Prometheus names, on the stack's /metrics, of the serving process's
@@ -18,8 +19,6 @@ const (
 	decodesSeries       = "ferry_events_decodes_total"
 	encodesSeries       = "ferry_events_encodes_total"
 )
-
-var promLabel = regexp.MustCompile(`(\w+)="([^"]*)"`)
 
 // messageCounts reads the serving process's message counters from its
 // /metrics, keyed "kafka <client> <api>" (e.g. "kafka scheduler Fetch"),
@@ -41,46 +40,49 @@ func (p *Probe) messageCounts(ctx context.Context) map[string]int64 {
 	if resp.StatusCode != http.StatusOK {
 		return nil
 	}
-	out := map[string]int64{}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		if k, n, ok := parseMessageLine(sc.Text()); ok {
-			out[k] += n
-		}
+	out, err := parseMessages(resp.Body)
+	if err != nil {
+		return nil
 	}
 	return out
 }
 
-// parseMessageLine reads one sample of the message counters.
-func parseMessageLine(line string) (key string, n int64, ok bool) {
-	name, rest, found := strings.Cut(line, "{")
-	if !found {
-		return "", 0, false
-	}
-	labels, value, found := strings.Cut(rest, "} ")
-	if !found {
-		return "", 0, false
-	}
-	f, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
+// parseMessages reads the message counters from a Prometheus text
+// exposition (prometheus/common's parser: the format's escapes and
+// number forms are its concern), summing the samples of each key.
+func parseMessages(r io.Reader) (map[string]int64, error) {
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(r)
 	if err != nil {
-		return "", 0, false
+		return nil, err
 	}
-	l := map[string]string{}
-	for _, m := range promLabel.FindAllStringSubmatch(labels, -1) {
-		l[m[1]] = m[2]
+	out := map[string]int64{}
+	for name, fam := range families {
+		for _, m := range fam.GetMetric() {
+			l := map[string]string{}
+			for _, lp := range m.GetLabel() {
+				l[lp.GetName()] = lp.GetValue()
+			}
+			if key, ok := messageKey(name, l); ok {
+				out[key] += int64(m.GetCounter().GetValue())
+			}
+		}
 	}
+	return out, nil
+}
+
+// messageKey is the key of a sample of series name with labels l, false
+// for a series that is not a message counter.
+func messageKey(name string, l map[string]string) (string, bool) {
 	switch name {
 	case kafkaRequestsSeries:
-		key = "kafka " + strings.TrimPrefix(l["client"], "ferry-") + " " + l["api"]
+		return "kafka " + strings.TrimPrefix(l["client"], "ferry-") + " " + l["api"], true
 	case decodesSeries:
-		key = "decode " + l["kind"]
+		return "decode " + l["kind"], true
 	case encodesSeries:
-		key = "encode"
-	default:
-		return "", 0, false
+		return "encode", true
 	}
-	return key, int64(f), true
+	return "", false
 }
 
 // messagesLine formats the message counts between a and b per job of f:

@@ -15,11 +15,10 @@ type PoolStep struct {
 // ApplyDispatch is Apply, followed in the same script call by a dispatch
 // step of each pool of steps that the apply wakes (applydispatch.lua): a
 // job submitted alone took two calls, its apply and the step its wake
-// caused. The
-// steps lease what is ready and leave the pool's housekeeping (silent
-// workers, expired leases and not_after, dead letters to hand out again)
-// to the loops' own steps, so their NextLease is only that of the leases
-// they made. The result's Wake still names every pool the apply woke,
+// caused. The steps lease what is ready and leave the pool's
+// housekeeping (silent workers, expired leases and not_after, dead letters
+// to hand out again) to the loops' own steps, so their NextLease is only
+// that of the leases they made. The result's Wake still names every pool the apply woke,
 // stepped or not.
 //
 // A batch of more than one call's operations (MaxOpsPerCall) is applied
