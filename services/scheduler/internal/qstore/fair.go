@@ -13,7 +13,9 @@ package qstore
 // worker reports (completed or failed, with started_at and finished_at), the
 // charge is reconciled by (actual - estimate)/weight. A tenant that becomes
 // active again starts at no less than the pool's virtual now (the virtual
-// time of the latest pick), so idle time is not banked as credit. All of
+// time of the latest pick) nor the least virtual time of the tenants
+// already active (reconciled since their last pick), so idle time is not
+// banked as credit. All of
 // it happens inside the apply and dispatch scripts (fair.lua), so any number
 // of scheduler replicas agree.
 //

@@ -22,7 +22,8 @@ local FAIR_SEQ_BLOCK = 64
 -- What this script call already did or read, so a batch of jobs of one
 -- tenant and queue pays the index, activation and estimate commands once.
 -- An entry is dropped where a script undoes what it records
--- (fair_deactivate); settlements are written once, by fair_flush.
+-- (fair_deactivate); settlements are written once, by fair_flush (a
+-- tenant's activation writes the virtual times' first: fair_activate).
 local fair_indexed, fair_active_seen
 local fair_seq_next, fair_seq_last
 local fair_est, fair_est_dirty
@@ -83,20 +84,40 @@ local function fair_seq()
   return s
 end
 
+-- fair_flush_vt writes the virtual-time settlements (fair_settle) of this
+-- script call so far: each tenant's virtual time once.
+local function fair_flush_vt()
+  for m, d in pairs(fair_vt_delta) do
+    local sp = string.find(m, '\n', 1, true)
+    local pool, t = string.sub(m, 1, sp - 1), string.sub(m, sp + 1)
+    local vt = tonumber(redis.call('HINCRBYFLOAT', FP .. 'pool:' .. pool .. ':vt', t, string.format('%.6f', d)))
+    redis.call('ZADD', FP .. 'pool:' .. pool .. ':active', 'XX', vt, t)
+  end
+  fair_vt_delta = {}
+end
+
 -- fair_activate puts tenant t among the pool's tenants with ready work, at
--- its virtual time, but never behind the pool's virtual now: a tenant that
--- was idle cannot bank credit.
+-- its virtual time, but never behind the pool's virtual now nor behind
+-- every tenant already active: a tenant that was idle cannot bank credit.
+-- The virtual now is the start of the last pick, and the running tenants'
+-- settlements since (runs longer than charged) moved their virtual times
+-- past it; that use is theirs, not credit for the arriving tenant, so the
+-- settlements of this call are written first and it starts no lower than
+-- the lowest of them.
 local function fair_activate(pool, t)
   local m = pool .. '\n' .. t
   if fair_active_seen[m] then return end
   fair_active_seen[m] = true
   local ak = FP .. 'pool:' .. pool .. ':active'
   if redis.call('ZSCORE', ak, t) then return end
+  if next(fair_vt_delta) then fair_flush_vt() end
   local vk = FP .. 'pool:' .. pool .. ':vt'
   local vt = tonumber(redis.call('HGET', vk, t)) or 0
-  local vnow = tonumber(redis.call('GET', FP .. 'pool:' .. pool .. ':vnow')) or 0
-  if vt < vnow then
-    vt = vnow
+  local floor = tonumber(redis.call('GET', FP .. 'pool:' .. pool .. ':vnow')) or 0
+  local low = redis.call('ZRANGE', ak, 0, 0, 'WITHSCORES')
+  if #low > 0 and tonumber(low[2]) > floor then floor = tonumber(low[2]) end
+  if vt < floor then
+    vt = floor
     redis.call('HSET', vk, t, vt)
   end
   redis.call('ZADD', ak, vt, t)
@@ -233,7 +254,8 @@ end
 -- current dispatch, once: the charge (est, cw) leaves the job hash, here
 -- or, when f is given (the job's did, est, cw, pool, tenant and type
 -- fields, read by a completion that ends the job), with the rest of the
--- hash. The moves of one script call are summed and written by fair_flush.
+-- hash. The moves of one script call are summed and written by fair_flush
+-- (or earlier, when a tenant activates: fair_activate).
 local function fair_settle(jk, did, started, finished, f)
   if not f then
     local v = redis.call('HMGET', jk, 'did', 'est', 'cw', 'pool', 'tenant', 'type')
@@ -257,13 +279,7 @@ end
 -- virtual time once, the learnt estimates (per tenant and type, per type)
 -- in one command.
 local function fair_flush()
-  for m, d in pairs(fair_vt_delta) do
-    local sp = string.find(m, '\n', 1, true)
-    local pool, t = string.sub(m, 1, sp - 1), string.sub(m, sp + 1)
-    local vt = tonumber(redis.call('HINCRBYFLOAT', FP .. 'pool:' .. pool .. ':vt', t, string.format('%.6f', d)))
-    redis.call('ZADD', FP .. 'pool:' .. pool .. ':active', 'XX', vt, t)
-  end
-  fair_vt_delta = {}
+  fair_flush_vt()
   local est = {}
   for field in pairs(fair_est_dirty) do
     est[#est + 1] = field

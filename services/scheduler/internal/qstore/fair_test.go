@@ -239,6 +239,57 @@ func TestFairCatchUp(t *testing.T) {
 	}
 }
 
+// TestFairNewTenantStartsLevelWithTheRunningOne: a tenant that arrives
+// while another's jobs ran longer than they were charged starts level with
+// that tenant's settled virtual time, not at the virtual now of the last
+// pick: the overrun is the running tenant's use, not credit for a tenant
+// that was idle meanwhile (TestFairCatchUp). The overrun may be settled in
+// an earlier call or in the arriving tenant's own (a consumer catching up
+// on a backlog applies both in one).
+func TestFairNewTenantStartsLevelWithTheRunningOne(t *testing.T) {
+	for _, sameCall := range []bool{false, true} {
+		t.Run(fmt.Sprintf("settled in the same call %v", sameCall), func(t *testing.T) {
+			b := setup(t)
+			b.worker(t0, "w1", 10)
+			b.flood(t0, "warm", 1) // teaches the type's estimate: 40 ms
+			b.finish(t0, b.dispatch(t0, 0).Dispatched, func(Template) time.Duration { return 40 * time.Millisecond })
+			b.flood(t0, "a", 100)
+			got := b.dispatch(t0, 0).Dispatched // ten of a, charged 40 ms each
+			if count(got, "a") != 10 {
+				t.Fatalf("a alone got %d of 10", count(got, "a"))
+			}
+			overrun := func(batch *Batch) { // each ran 140 ms: a's virtual time +1 s after its last pick
+				for _, d := range got {
+					batch.Usage(d.JobID, d.DispatchID, t0.Add(-140*time.Millisecond), t0)
+					batch.Complete(d.JobID, d.TenantID, d.DispatchID)
+				}
+			}
+			arrive := func(batch *Batch) {
+				for i := range 20 {
+					if err := batch.Enqueue(enqT(fmt.Sprintf("b-%02d", i), "b", "default", 5), t0); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			if sameCall {
+				b.apply(t0, func(batch *Batch) { overrun(batch); arrive(batch) })
+			} else {
+				b.apply(t0, overrun)
+				b.apply(t0, arrive)
+			}
+			a, _ := b.store.Fair(b.ctx, schema.PoolShort, "a")
+			bt, _ := b.store.Fair(b.ctx, schema.PoolShort, "b")
+			if bt.VirtualTime < a.VirtualTime {
+				t.Errorf("b arrived at virtual time %v, behind a's settled %v", bt.VirtualTime, a.VirtualTime)
+			}
+			got = b.dispatch(t0, 0).Dispatched
+			if nb := count(got, "b"); nb < 4 || nb > 6 {
+				t.Fatalf("b got %d of 10 slots on arrival, want about half: %v", nb, tenantsOf(got))
+			}
+		})
+	}
+}
+
 // TestFairPriorityWithinTenant: priority orders a tenant's jobs; fairness
 // orders tenants, so another tenant's urgent job does not jump a tenant
 // whose turn it is.
