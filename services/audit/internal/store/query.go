@@ -111,6 +111,38 @@ var errPageFull = errors.New("audit: page full")
 
 // page streams one keyset page to fn and returns the position of its last row.
 func (s *Store) page(ctx context.Context, f Filter, after *Cursor, limit int, fn func(Event) error) (*Cursor, error) {
+	q, args := pageQuery(f, after, limit)
+	rows, err := s.pool.Query(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("audit: list: %w", err)
+	}
+	defer rows.Close()
+	var last *Cursor
+	for rows.Next() {
+		e, err := scanEvent(rows)
+		if err != nil {
+			return nil, err
+		}
+		err = fn(e)
+		if err != nil && !errors.Is(err, errPageFull) {
+			return nil, err
+		}
+		last = &Cursor{Occurred: e.OccurredAt, EventID: e.EventID}
+		if err != nil {
+			break // the page is full: rows.Close in the defer ends the query
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("audit: list: %w", err)
+	}
+	return last, nil
+}
+
+// pageQuery is the statement of one keyset page of f after the cursor
+// after (nil: the first page) and its arguments: a tenant's events in
+// (occurred_at, event_id) order. A job filter is served by the hash index
+// on job_id, the rest by the tenant's time index (TestJobFilterPlan).
+func pageQuery(f Filter, after *Cursor, limit int) (string, []any) {
 	where := []string{"tenant_id = $1"}
 	args := []any{f.TenantID}
 	add := func(cond string, v any) {
@@ -139,30 +171,7 @@ func (s *Store) page(ctx context.Context, f Filter, after *Cursor, limit int, fn
 	args = append(args, limit)
 	q := `SELECT ` + eventColumns + ` FROM audit_events WHERE ` + strings.Join(where, " AND ") +
 		fmt.Sprintf(` ORDER BY occurred_at, event_id LIMIT $%d`, len(args))
-	rows, err := s.pool.Query(ctx, q, args...)
-	if err != nil {
-		return nil, fmt.Errorf("audit: list: %w", err)
-	}
-	defer rows.Close()
-	var last *Cursor
-	for rows.Next() {
-		e, err := scanEvent(rows)
-		if err != nil {
-			return nil, err
-		}
-		err = fn(e)
-		if err != nil && !errors.Is(err, errPageFull) {
-			return nil, err
-		}
-		last = &Cursor{Occurred: e.OccurredAt, EventID: e.EventID}
-		if err != nil {
-			break // the page is full: rows.Close in the defer ends the query
-		}
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("audit: list: %w", err)
-	}
-	return last, nil
+	return q, args
 }
 
 func scanEvent(rows pgx.Rows) (Event, error) {

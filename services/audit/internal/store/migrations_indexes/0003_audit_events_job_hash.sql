@@ -1,0 +1,25 @@
+-- The index of one job's events (the job filter: GET /v1/audit/events?job_id=,
+-- the console's job page) becomes a hash index on job_id alone. The btree on
+-- (tenant_id, job_id, occurred_at, event_id) held ~170 bytes per entry and
+-- was written in the middle of its key range for every event (a job's later
+-- events land after its earlier ones, seconds to days back), about 9 µs of
+-- Postgres's CPU per job (three events); a hash index entry is the key's
+-- 4-byte hash and the row's address, put in the bucket the hash names. In
+-- three interleaved 100k pairs Postgres spent 71 / 71 / 69 → 67 / 64 / 65 µs
+-- per job (docs/performance.md, Round 24).
+--
+-- What the filter loses is the order: a job has a handful of events (three
+-- per attempt), which the query sorts by (occurred_at, event_id) after the
+-- hash index found them and the tenant and keyset conditions kept them.
+-- Building the index reads every partition while audit appends wait (they
+-- run in the projection, which catches up from Kafka afterwards).
+--
+-- The indexes that remain each serve a query:
+--   audit_events_tenant_time  (tenant_id, occurred_at, event_id), unique:
+--                             the duplicate filter and its backstop, and a
+--                             tenant's events in time order;
+--   audit_events_job          hash (job_id): one job's events;
+--   audit_events_chain        the verification walk and the cut that
+--                             retention records before a drop.
+DROP INDEX IF EXISTS audit_events_tenant_job;
+CREATE INDEX IF NOT EXISTS audit_events_job ON audit_events USING hash (job_id);
