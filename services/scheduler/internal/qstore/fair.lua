@@ -22,8 +22,8 @@ local FAIR_SEQ_BLOCK = 64
 -- What this script call already did or read, so a batch of jobs of one
 -- tenant and queue pays the index, activation and estimate commands once.
 -- An entry is dropped where a script undoes what it records
--- (fair_deactivate); settlements are written once, by fair_flush (a
--- tenant's activation writes the virtual times' first: fair_activate).
+-- (fair_deactivate); settlements are written once, by fair_flush (the
+-- virtual times' earlier when a tenant activates: fair_activate).
 local fair_indexed, fair_active_seen
 local fair_seq_next, fair_seq_last
 local fair_est, fair_est_dirty
