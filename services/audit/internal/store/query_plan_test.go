@@ -6,10 +6,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/ferryhq/ferry/platform/testenv"
 )
 
 // TestJobFilterPlan: on an analyzed month of one tenant's events, a page
@@ -19,11 +15,7 @@ import (
 // without a job filter walks the time index.
 func TestJobFilterPlan(t *testing.T) {
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, testenv.Postgres(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool := testPool(t)
 	if err := Migrate(ctx, pool); err != nil {
 		t.Fatal(err)
 	}
