@@ -388,9 +388,10 @@ func (b *Bench) latency(ctx context.Context) Result {
 	r.EnqueueRate = Rate(len(o.ids), time.Since(o.t0))
 
 	_, ok := b.probe.waitDone(ctx, tag, len(o.ids), b.timeout)
-	rows, err := b.probe.jobs(ctx, tag)
 	r.RSSMB = rss.Stop()
 	after := b.probe.counters(ctx)
+	// Read after the counters: reading every row back is the bench's work.
+	rows, err := b.probe.jobs(ctx, tag)
 	var notes []string
 	if err != nil {
 		notes = append(notes, "projection read: "+err.Error())
@@ -664,9 +665,10 @@ func (b *Bench) retry(ctx context.Context) Result {
 	// The per-job counters end once every projection caught up, before the
 	// bench reads the log back (account, the stages): those reads are the
 	// bench's, and the broker's CPU would count them as the workload's.
-	_, _, _ = b.probe.settle(ctx, time.Minute)
+	caughtUp, lag, lagErr := b.probe.settle(ctx, time.Minute)
 	after := b.probe.counters(ctx)
 	ids, errs, t0, rows, notes := run.ids, run.errs, run.t0, run.rows, run.notes
+	notes = append(notes, caughtUpNote(caughtUp, lag, lagErr))
 	before := run.before
 	var per []float64
 	var lastDone time.Time

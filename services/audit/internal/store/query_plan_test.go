@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // TestJobFilterPlan: on an analyzed month of one tenant's events, a page
@@ -42,15 +44,8 @@ func TestJobFilterPlan(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var lines []string
-		for rows.Next() {
-			var line string
-			if err := rows.Scan(&line); err != nil {
-				t.Fatal(err)
-			}
-			lines = append(lines, line)
-		}
-		if err := rows.Err(); err != nil {
+		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
 			t.Fatal(err)
 		}
 		return strings.Join(lines, "\n")

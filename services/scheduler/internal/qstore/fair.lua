@@ -114,8 +114,8 @@ local function fair_activate(pool, t)
   local vk = FP .. 'pool:' .. pool .. ':vt'
   local vt = tonumber(redis.call('HGET', vk, t)) or 0
   local floor = tonumber(redis.call('GET', FP .. 'pool:' .. pool .. ':vnow')) or 0
-  local low = redis.call('ZRANGE', ak, 0, 0, 'WITHSCORES')
-  if #low > 0 and tonumber(low[2]) > floor then floor = tonumber(low[2]) end
+  local lowest = redis.call('ZRANGE', ak, 0, 0, 'WITHSCORES')[2]
+  if lowest then floor = math.max(floor, tonumber(lowest)) end
   if vt < floor then
     vt = floor
     redis.call('HSET', vk, t, vt)
