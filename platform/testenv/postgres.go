@@ -96,3 +96,24 @@ func databaseName(testName string) string {
 	b.WriteString(randomSuffix(12))
 	return b.String()
 }
+
+// Querier runs a query: a pool, a connection or a transaction.
+type Querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// Column returns the first column, as text, of every row sql returns
+// (an EXPLAIN's plan lines, a list of names), failing the test on an
+// error.
+func Column(t testing.TB, q Querier, sql string, args ...any) []string {
+	t.Helper()
+	rows, err := q.Query(context.Background(), sql, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vs, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return vs
+}

@@ -155,19 +155,9 @@ func waitFor(t *testing.T, f func() error) {
 	testenv.Eventually(t, wait, f)
 }
 
-func column(t *testing.T, pg interface {
-	Query(context.Context, string, ...any) (pgx.Rows, error)
-}, sql string) string {
+func column(t *testing.T, pg testenv.Querier, sql string) string {
 	t.Helper()
-	rows, err := pg.Query(context.Background(), sql)
-	if err != nil {
-		t.Fatal(err)
-	}
-	vs, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		t.Fatal(err)
-	}
-	return strings.Join(vs, ",")
+	return strings.Join(testenv.Column(t, pg, sql), ",")
 }
 
 func ptr[T any](v T) *T { return &v }

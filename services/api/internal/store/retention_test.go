@@ -6,9 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/ferryhq/ferry/events/schema"
+	"github.com/ferryhq/ferry/platform/testenv"
 )
 
 // TestQueueCounts: the per-queue counts follow a job from queued to done,
@@ -133,13 +132,5 @@ func (s *Store) planWithoutScans(t *testing.T, query string, args ...any) string
 	if _, err := tx.Exec(ctx, `SET LOCAL enable_seqscan = off`); err != nil {
 		t.Fatal(err)
 	}
-	rows, err := tx.Query(ctx, `EXPLAIN `+query, args...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	plan, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		t.Fatal(err)
-	}
-	return strings.Join(plan, "\n")
+	return strings.Join(testenv.Column(t, tx, `EXPLAIN `+query, args...), "\n")
 }

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
+	"github.com/ferryhq/ferry/platform/testenv"
 )
 
 // TestJobFilterPlan: on an analyzed month of one tenant's events, a page
@@ -40,15 +40,7 @@ func TestJobFilterPlan(t *testing.T) {
 	plan := func(f Filter, after *Cursor) string {
 		t.Helper()
 		q, args := pageQuery(f, after, 100)
-		rows, err := pool.Query(ctx, "EXPLAIN "+q, args...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil {
-			t.Fatal(err)
-		}
-		return strings.Join(lines, "\n")
+		return strings.Join(testenv.Column(t, pool, "EXPLAIN "+q, args...), "\n")
 	}
 	const timeIndex = "tenant_id_occurred_at_event_id_idx"
 	// byJob: an index condition (or a bitmap's recheck) on the job id.
