@@ -239,3 +239,23 @@ func TestEventTypeCEType(t *testing.T) {
 		t.Errorf("CEType of a known event allocates %v times", n)
 	}
 }
+
+// TestEventIDAllocatesNothing: minting an id into a buffer takes its
+// randomness from uuid's pool (EnableRandPool in this package's init), not
+// a 16-byte read from crypto/rand per id, which allocates. Ids must stay
+// distinct and version 7.
+func TestEventIDAllocatesNothing(t *testing.T) {
+	var buf [36]byte
+	if n := testing.AllocsPerRun(100, func() { appendEventID(buf[:0]) }); n != 0 {
+		t.Errorf("minting an event id allocates %v times", n)
+	}
+	seen := map[string]bool{}
+	for range 10000 {
+		id := NewEventID()
+		u, err := uuid.Parse(id)
+		if err != nil || u.Version() != 7 || seen[id] {
+			t.Fatalf("id %q: version %v, err %v, repeated %v", id, u.Version(), err, seen[id])
+		}
+		seen[id] = true
+	}
+}
