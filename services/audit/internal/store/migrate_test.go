@@ -156,10 +156,10 @@ func appendProgress(t *testing.T, pool *pgxpool.Pool, s *Store, now time.Time) {
 }
 
 // testPool is a pool on a throw-away database of the test's Postgres
-// (testenv), closed when the test ends.
+// (testenv), opened as the services open theirs, closed when the test ends.
 func testPool(t *testing.T) *pgxpool.Pool {
 	t.Helper()
-	pool, err := pgxpool.New(context.Background(), testenv.Postgres(t))
+	pool, err := pgstore.Open(context.Background(), testenv.Postgres(t), 4)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,8 +18,8 @@ type PoolStep struct {
 // caused. The steps lease what is ready and leave the pool's
 // housekeeping (silent workers, expired leases and not_after, dead letters
 // to hand out again) to the loops' own steps, so their NextLease is only
-// that of the leases they made. The result's Wake still names every pool the apply woke,
-// stepped or not.
+// that of the leases they made. The result's Wake still names every pool
+// the apply woke, stepped or not.
 //
 // A batch of more than one call's operations (MaxOpsPerCall) is applied
 // as Apply does and runs no step: the calls of a big batch are pipelined,
