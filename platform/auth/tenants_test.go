@@ -11,7 +11,6 @@ import (
 
 	"github.com/ferryhq/ferry/events/schema"
 	"github.com/ferryhq/ferry/platform/auth"
-	"github.com/ferryhq/ferry/platform/pgstore"
 	"github.com/ferryhq/ferry/platform/testenv"
 )
 
@@ -19,11 +18,7 @@ import (
 // end of the test.
 func openAuthDB(t *testing.T) *pgxpool.Pool {
 	t.Helper()
-	pool, err := pgstore.Open(context.Background(), testenv.Postgres(t), 4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool := testenv.Pool(t, 4)
 	if err := auth.Migrate(context.Background(), pool); err != nil {
 		t.Fatal(err)
 	}

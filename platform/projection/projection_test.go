@@ -19,7 +19,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ferryhq/ferry/platform/kafkax"
-	"github.com/ferryhq/ferry/platform/pgstore"
 	"github.com/ferryhq/ferry/platform/projection"
 	"github.com/ferryhq/ferry/platform/quarantine"
 	"github.com/ferryhq/ferry/platform/testenv"
@@ -49,11 +48,7 @@ type fixture struct {
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
 	ctx := context.Background()
-	pool, err := pgstore.Open(ctx, testenv.Postgres(t), 8)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool := testenv.Pool(t, 8)
 	if err := projection.Migrate(ctx, pool); err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/ferryhq/ferry/platform/pgstore"
 )
 
 // Postgres creates a database for the calling test on the server named by
@@ -95,6 +98,19 @@ func databaseName(testName string) string {
 	}
 	b.WriteString(randomSuffix(12))
 	return b.String()
+}
+
+// Pool is a pool of at most maxConns connections on a database of the
+// test's own (Postgres), opened as the services open theirs (pgstore.Open)
+// and closed when the test ends.
+func Pool(t testing.TB, maxConns int) *pgxpool.Pool {
+	t.Helper()
+	pool, err := pgstore.Open(context.Background(), Postgres(t), maxConns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
 }
 
 // Querier runs a query: a pool, a connection or a transaction.

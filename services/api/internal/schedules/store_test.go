@@ -10,18 +10,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ferryhq/ferry/platform/pgstore"
 	"github.com/ferryhq/ferry/platform/testenv"
 )
 
 func newStore(t *testing.T) *Store {
 	t.Helper()
 	ctx := context.Background()
-	pool, err := pgstore.Open(ctx, testenv.Postgres(t), 8)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool := testenv.Pool(t, 8)
 	st, err := New(ctx, pool)
 	if err != nil {
 		t.Fatal(err)

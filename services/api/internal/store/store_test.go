@@ -16,7 +16,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ferryhq/ferry/events/schema"
-	"github.com/ferryhq/ferry/platform/pgstore"
 	"github.com/ferryhq/ferry/platform/quarantine"
 	"github.com/ferryhq/ferry/platform/testenv"
 	"github.com/ferryhq/ferry/services/api/internal/status"
@@ -25,11 +24,7 @@ import (
 func open(t testing.TB) *Store {
 	t.Helper()
 	ctx := context.Background()
-	pool, err := pgstore.Open(ctx, testenv.Postgres(t), 4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool := testenv.Pool(t, 4)
 	if err := Migrate(ctx, pool); err != nil {
 		t.Fatal(err)
 	}

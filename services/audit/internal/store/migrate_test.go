@@ -37,7 +37,7 @@ var oldData = []struct{ sent, fallback string }{
 // migration that extends an old chain.
 func TestMigrationToJSONKeepsOldHashes(t *testing.T) {
 	ctx := context.Background()
-	pool := testPool(t)
+	pool := testenv.Pool(t, 4)
 	migrateBeforeJSON(t, pool)
 	now := time.Now().UTC()
 	s := New(pool, slog.New(slog.DiscardHandler), func() time.Time { return now })
@@ -153,16 +153,4 @@ func appendProgress(t *testing.T, pool *pgxpool.Pool, s *Store, now time.Time) {
 	if err := pool.QueryRow(ctx, `SELECT data::text FROM audit_events WHERE event_id = $1`, id).Scan(&got); err != nil || got != string(value) {
 		t.Fatalf("new row's data %q, want %q (%v)", got, value, err)
 	}
-}
-
-// testPool is a pool on a throw-away database of the test's Postgres
-// (testenv), opened as the services open theirs, closed when the test ends.
-func testPool(t *testing.T) *pgxpool.Pool {
-	t.Helper()
-	pool, err := pgstore.Open(context.Background(), testenv.Postgres(t), 4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	return pool
 }

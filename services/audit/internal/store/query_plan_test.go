@@ -17,7 +17,7 @@ import (
 // without a job filter walks the time index.
 func TestJobFilterPlan(t *testing.T) {
 	ctx := context.Background()
-	pool := testPool(t)
+	pool := testenv.Pool(t, 4)
 	if err := Migrate(ctx, pool); err != nil {
 		t.Fatal(err)
 	}
