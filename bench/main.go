@@ -78,7 +78,7 @@ func parseOptions(args []string, stderr io.Writer) (options, bool) {
 	fs.StringVar(&o.prefix, "topic-prefix", "ferry.", "topic prefix")
 	fs.StringVar(&o.repo, "repo", "", "repository root (default: found from the working directory)")
 	fs.StringVar(&o.results, "results", "", "results directory (default <repo>/bench/results; \"-\" for none)")
-	fs.StringVar(&o.profile, "profile", "", "directory for pprof profiles of the throughput, latency and retry workloads (default: a temporary directory; \"-\" for none)")
+	fs.StringVar(&o.profile, "profile", "", "directory for pprof profiles of the throughput, latency, delayed and retry workloads (default: a temporary directory; \"-\" for none)")
 	fs.DurationVar(&o.timeout, "timeout", 3*time.Minute, "how long a workload may wait for its jobs to complete")
 	fs.BoolVar(&o.keep, "keep", false, "leave the ferry dev data directory behind")
 	fs.StringVar(&o.envs, "env", "", "extra environment for ferry dev, comma-separated K=V (e.g. FERRY_SCHEDULER_PREFETCH=500)")

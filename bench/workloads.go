@@ -10,8 +10,6 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -922,48 +920,6 @@ func (b *Bench) export(req *http.Request) (exported, error) {
 			return x, nil
 		}
 	}
-}
-
-// --- profiles ---------------------------------------------------------
-
-// startProfile fetches a CPU and an allocation (delta) profile of the
-// serving process over d, in the background; the returned func waits.
-func (b *Bench) startProfile(ctx context.Context, name string, d time.Duration) func() {
-	if b.profile == "" || b.t.Pprof == "" {
-		return func() {}
-	}
-	var wg sync.WaitGroup
-	secs := fmt.Sprint(int(d.Seconds()))
-	profiles := []struct{ addr, path, file string }{
-		{b.t.Pprof, "/debug/pprof/profile?seconds=" + secs, name + "-cpu.pb.gz"},
-		{b.t.Pprof, "/debug/pprof/allocs?seconds=" + secs, name + "-allocs.pb.gz"},
-	}
-	if b.t.BrokerPprof != "" {
-		profiles = append(profiles, struct{ addr, path, file string }{
-			b.t.BrokerPprof, "/debug/pprof/profile?seconds=" + secs, name + "-broker-cpu.pb.gz"})
-	}
-	for _, p := range profiles {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+p.addr+p.path, nil)
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				fmt.Fprintln(b.log, "profile:", err)
-				return
-			}
-			defer resp.Body.Close()
-			f, err := os.Create(filepath.Join(b.profile, p.file))
-			if err != nil {
-				fmt.Fprintln(b.log, "profile:", err)
-				return
-			}
-			defer f.Close()
-			_, _ = io.Copy(f, resp.Body)
-			fmt.Fprintln(b.log, "profile written:", f.Name())
-		}()
-	}
-	return wg.Wait
 }
 
 // goInuse is HeapInuse + StackInuse of the serving process in bytes, from
