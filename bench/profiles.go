@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -113,18 +112,5 @@ func fetchProfile(ctx context.Context, addr, path string) (*profile.Profile, err
 
 // fetch GETs path from the pprof server at addr.
 func fetch(ctx context.Context, addr, path string) ([]byte, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+path, nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(resp.Body)
-	if err == nil && resp.StatusCode != http.StatusOK {
-		err = fmt.Errorf("GET %s: %s: %s", path, resp.Status, bytes.TrimSpace(data))
-	}
-	return data, err
+	return getOK(ctx, http.DefaultClient, "http://"+addr+path, "")
 }
