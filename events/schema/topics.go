@@ -47,12 +47,18 @@ func (t Topics) LifecycleTopics() []string {
 	return out
 }
 
-// All lists every topic Ferry uses.
-func (t Topics) All() []string {
-	out := t.LifecycleTopics()
+// DispatchTopics lists the dispatch topic of every pool.
+func (t Topics) DispatchTopics() []string {
+	out := make([]string, 0, len(Pools))
 	for _, p := range Pools {
 		out = append(out, t.Dispatch(p))
 	}
+	return out
+}
+
+// All lists every topic Ferry uses.
+func (t Topics) All() []string {
+	out := append(t.LifecycleTopics(), t.DispatchTopics()...)
 	return append(out, t.Workers(), t.Breakers(), t.Changes())
 }
 

@@ -19,8 +19,14 @@ type Common struct {
 	// TopicPrefix prefixes every topic (FERRY_TOPIC_PREFIX).
 	TopicPrefix string
 	// TopicPartitions is the partition count of topics Ferry creates
-	// (FERRY_TOPIC_PARTITIONS).
+	// (FERRY_TOPIC_PARTITIONS), but for the dispatch topics.
 	TopicPartitions int
+	// DispatchPartitions is the partition count of the dispatch topics Ferry
+	// creates (FERRY_DISPATCH_PARTITIONS); 0 means TopicPartitions (see
+	// DispatchTopicPartitions). Apart from TopicPartitions because the two
+	// bound different members: a pool's workers here, the scheduler's and
+	// the projections' there.
+	DispatchPartitions int
 	// TopicRetention is the retention of topics Ferry creates
 	// (FERRY_TOPIC_RETENTION).
 	TopicRetention time.Duration
@@ -85,10 +91,24 @@ func LoadCommon(l *Loader) Common {
 		OTLPEndpoint:     l.String("OTEL_EXPORTER_OTLP_ENDPOINT"),
 		ServiceName:      l.String("OTEL_SERVICE_NAME"),
 	}
+	if l.String("FERRY_DISPATCH_PARTITIONS") != "" { // set, or a default `ferry dev` gives it
+		if c.DispatchPartitions = l.Int("FERRY_DISPATCH_PARTITIONS"); c.DispatchPartitions < 1 {
+			l.errs = append(l.errs, errors.New("FERRY_DISPATCH_PARTITIONS must be ≥ 1"))
+		}
+	}
 	if err := c.LogLevel.UnmarshalText([]byte(l.String("FERRY_LOG_LEVEL"))); err != nil {
 		l.errs = append(l.errs, errors.New("FERRY_LOG_LEVEL: use debug, info, warn or error"))
 	}
 	return c
+}
+
+// DispatchTopicPartitions is the partition count of the dispatch topics
+// Ferry creates: DispatchPartitions, or TopicPartitions when it is 0.
+func (c Common) DispatchTopicPartitions() int {
+	if c.DispatchPartitions > 0 {
+		return c.DispatchPartitions
+	}
+	return c.TopicPartitions
 }
 
 // Validate reports settings that cannot work.

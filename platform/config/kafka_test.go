@@ -57,9 +57,36 @@ func TestKafkaSettingsRejected(t *testing.T) {
 		{map[string]string{"FERRY_KAFKA_SASL_MECHANISM": "PLAIN", "FERRY_KAFKA_SASL_USERNAME": "u"}, "FERRY_KAFKA_SASL_PASSWORD"},
 		{map[string]string{"FERRY_KAFKA_SASL_MECHANISM": "KERBEROS"}, "FERRY_KAFKA_SASL_MECHANISM"},
 		{map[string]string{"FERRY_KAFKA_TLS_KEY_FILE": "/k.pem"}, "FERRY_KAFKA_TLS_CERT_FILE"},
+		{map[string]string{"FERRY_DISPATCH_PARTITIONS": "0"}, "FERRY_DISPATCH_PARTITIONS"},
 	} {
 		if _, err := loadKafkaEnv(tc.env); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: got %v, want an error naming %s", tc.env, err, tc.want)
 		}
+	}
+}
+
+// TestDispatchPartitionsFollowTopicPartitionsUnlessSet: the dispatch topics
+// take FERRY_TOPIC_PARTITIONS unless FERRY_DISPATCH_PARTITIONS is set, also
+// through a default (how `ferry dev` keeps 8 for them and 1 for the rest).
+func TestDispatchPartitionsFollowTopicPartitionsUnlessSet(t *testing.T) {
+	c, err := loadKafkaEnv(map[string]string{"FERRY_TOPIC_PARTITIONS": "12"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.TopicPartitions != 12 || c.DispatchTopicPartitions() != 12 {
+		t.Errorf("unset: topics %d, dispatch %d; want 12 and 12", c.TopicPartitions, c.DispatchTopicPartitions())
+	}
+	c, err = loadKafkaEnv(map[string]string{"FERRY_TOPIC_PARTITIONS": "1", "FERRY_DISPATCH_PARTITIONS": "8"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.TopicPartitions != 1 || c.DispatchTopicPartitions() != 8 {
+		t.Errorf("set: topics %d, dispatch %d; want 1 and 8", c.TopicPartitions, c.DispatchTopicPartitions())
+	}
+	l := NewLoader(func(string) (string, bool) { return "", false })
+	l.SetDefault("FERRY_DISPATCH_PARTITIONS", "8")
+	l.SetDefault("FERRY_TOPIC_PARTITIONS", "1")
+	if c = LoadCommon(l); l.Err() != nil || c.TopicPartitions != 1 || c.DispatchTopicPartitions() != 8 {
+		t.Errorf("defaults: topics %d, dispatch %d, err %v; want 1 and 8", c.TopicPartitions, c.DispatchTopicPartitions(), l.Err())
 	}
 }

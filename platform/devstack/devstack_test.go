@@ -17,6 +17,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ferryhq/ferry/platform/redisx"
@@ -390,6 +391,34 @@ func TestKafkaDataDirSurvivesRestart(t *testing.T) {
 	t.Cleanup(func() { _ = k.Stop(context.Background()) })
 	if got := consume(t, k.Addr(), "seeded", 2); strings.Join(got, ",") != "x,y" {
 		t.Fatalf("after restart consumed %v", got)
+	}
+}
+
+// TestKafkaSeedsTopicsWithTheirPartitions: seeded topics take their own
+// partition count where TopicPartitions gives one, Partitions otherwise
+// (how `ferry dev` creates one-partition lifecycle topics beside eight-partition
+// dispatch topics).
+func TestKafkaSeedsTopicsWithTheirPartitions(t *testing.T) {
+	t.Parallel()
+	k, err := StartKafka(KafkaConfig{Addr: "127.0.0.1:0", Partitions: 1,
+		Topics: []string{"life", "dispatch"}, TopicPartitions: map[string]int{"dispatch": 8}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = k.Stop(context.Background()) })
+	cl, err := kgo.NewClient(kgo.SeedBrokers(k.Addr()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	details, err := kadm.NewClient(cl).ListTopics(context.Background(), "life", "dispatch")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for topic, want := range map[string]int{"life": 1, "dispatch": 8} {
+		if got := len(details[topic].Partitions); got != want {
+			t.Errorf("%s: %d partitions, want %d", topic, got, want)
+		}
 	}
 }
 

@@ -40,8 +40,10 @@ type KafkaConfig struct {
 	// default.
 	Partitions int
 
-	// Topics are created at start when the cluster has no persisted state.
-	Topics []string
+	// Topics are created at start when the cluster has no persisted state,
+	// with Partitions partitions, or TopicPartitions[topic] when set.
+	Topics          []string
+	TopicPartitions map[string]int
 
 	// DisableAutoCreateTopics refuses to create a missing topic when a client
 	// asks for it. Defaults to false: as with Kafka's default
@@ -128,9 +130,7 @@ func StartKafka(cfg KafkaConfig) (*Kafka, error) {
 	if cfg.Partitions > 0 {
 		opts = append(opts, kfake.DefaultNumPartitions(cfg.Partitions))
 	}
-	if len(cfg.Topics) > 0 {
-		opts = append(opts, kfake.SeedTopics(-1, cfg.Topics...))
-	}
+	opts = append(opts, seedTopics(cfg.Topics, cfg.TopicPartitions)...)
 	if !cfg.DisableAutoCreateTopics {
 		opts = append(opts, kfake.AllowAutoTopicCreation())
 	}
@@ -227,4 +227,22 @@ func lockDir(dir string) (*os.File, error) {
 		return nil, fmt.Errorf("devstack: kafka data dir %s is in use by another process: %w", dir, err)
 	}
 	return f, nil
+}
+
+// seedTopics creates topics at start: those with a count in partitions with
+// it, the others with the cluster's default.
+func seedTopics(topics []string, partitions map[string]int) []kfake.Opt {
+	byCount := map[int32][]string{}
+	for _, t := range topics {
+		n := int32(-1)
+		if p, ok := partitions[t]; ok && p > 0 {
+			n = int32(p)
+		}
+		byCount[n] = append(byCount[n], t)
+	}
+	opts := make([]kfake.Opt, 0, len(byCount))
+	for n, ts := range byCount {
+		opts = append(opts, kfake.SeedTopics(n, ts...))
+	}
+	return opts
 }

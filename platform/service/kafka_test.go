@@ -3,10 +3,12 @@ package service_test
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/ferryhq/ferry/platform/config"
@@ -60,6 +62,39 @@ func TestOpenCreatesDurableTopics(t *testing.T) {
 	}
 	if strings.Contains(logs, "level=WARN") {
 		t.Errorf("safe topics logged a warning: %s", logs)
+	}
+}
+
+// TestOpenGivesDispatchTopicsTheirOwnPartitions: the dispatch topics are
+// created with DispatchPartitions (they bound a pool's workers), every other
+// topic with TopicPartitions; DispatchPartitions 0 means TopicPartitions.
+func TestOpenGivesDispatchTopicsTheirOwnPartitions(t *testing.T) {
+	for _, tc := range []struct{ topics, dispatch, wantDispatch int }{{1, 8, 8}, {3, 0, 3}} {
+		cluster, err := kfake.NewCluster(kfake.NumBrokers(1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(cluster.Close)
+		c := common(cluster.ListenAddrs())
+		c.TopicPartitions, c.DispatchPartitions, c.TopicReplication, c.TopicMinInsync = tc.topics, tc.dispatch, 1, 1
+		d, _, err := open(t, c)
+		if err != nil {
+			t.Fatalf("open: %v", err)
+		}
+		details, err := kadm.NewClient(d.Kafka).ListTopics(context.Background(), d.Topics.All()...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dispatch := d.Topics.DispatchTopics()
+		for _, name := range d.Topics.All() {
+			want := tc.topics
+			if slices.Contains(dispatch, name) {
+				want = tc.wantDispatch
+			}
+			if got := len(details[name].Partitions); got != want {
+				t.Errorf("topics %d, dispatch %d: %s has %d partitions, want %d", tc.topics, tc.dispatch, name, got, want)
+			}
+		}
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"slices"
 	"syscall"
 	"time"
 
@@ -134,6 +135,28 @@ func (d *Deps) Projection(cfg projection.Config, apply projection.ApplyFunc) (fu
 	return func(ctx context.Context) error { return projection.Run(ctx, d.Postgres, cfg, apply) }, nil
 }
 
+// ensureTopics creates the topics Ferry uses that do not exist: the
+// dispatch topics with DispatchPartitions (they bound a pool's workers), the
+// others with TopicPartitions. Existing topics keep their partitions.
+func (d *Deps) ensureTopics(ctx context.Context, cl *kgo.Client) error {
+	c := d.Common
+	dispatch := d.Topics.DispatchTopics()
+	others := slices.DeleteFunc(d.Topics.All(), func(t string) bool { return slices.Contains(dispatch, t) })
+	for _, g := range []struct {
+		names      []string
+		partitions int
+	}{{others, c.TopicPartitions}, {dispatch, c.DispatchTopicPartitions()}} {
+		err := kafkax.EnsureTopics(ctx, cl, kafkax.TopicSpec{
+			Names: g.names, Partitions: int32(g.partitions), Retention: c.TopicRetention,
+			Replication: int16(c.TopicReplication), MinInsync: c.TopicMinInsync,
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // KafkaConnectTimeout bounds how long a starting service waits for a Kafka
 // broker to answer; authentication and TLS errors fail at once.
 var KafkaConnectTimeout = 30 * time.Second
@@ -158,10 +181,7 @@ func (d *Deps) openKafka(ctx context.Context) (*kgo.Client, error) {
 	}
 	err = kafkax.CheckConnection(ctx, cl, cfg, KafkaConnectTimeout)
 	if err == nil {
-		err = kafkax.EnsureTopics(ctx, cl, kafkax.TopicSpec{
-			Names: d.Topics.All(), Partitions: int32(c.TopicPartitions), Retention: c.TopicRetention,
-			Replication: int16(c.TopicReplication), MinInsync: c.TopicMinInsync,
-		})
+		err = d.ensureTopics(ctx, cl)
 	}
 	if err == nil {
 		err = kafkax.CheckDurability(ctx, cl, d.Topics.All(), c.Env == config.EnvProduction, log)

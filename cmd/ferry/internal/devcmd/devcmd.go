@@ -167,6 +167,16 @@ func removeReady(o options, pid int) {
 // addresses as defaults of l.
 func startInfra(ctx context.Context, l *config.Loader, dataDir string, stops *[]func(context.Context) error) error {
 	if !l.IsSet("FERRY_KAFKA_BROKERS") {
+		// One process is the one member of the scheduler's and every
+		// projection's consumer group, so more partitions of their topics
+		// only cost (fetch entries, batches, audit chains: the 1k/s p50
+		// −12 to −16 %, docs/performance.md Round 26). The dispatch topics
+		// keep the partitions your own workers need beside the built-in
+		// one. Set before the broker starts: it creates the topics.
+		if !l.IsSet("FERRY_DISPATCH_PARTITIONS") {
+			l.SetDefault("FERRY_DISPATCH_PARTITIONS", l.String("FERRY_TOPIC_PARTITIONS"))
+		}
+		l.SetDefault("FERRY_TOPIC_PARTITIONS", "1")
 		k, addr, err := startKafka(ctx, l, dataDir)
 		if err != nil {
 			return fmt.Errorf("embedded kafka: %w", err)

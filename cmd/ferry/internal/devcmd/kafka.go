@@ -32,6 +32,7 @@ func startKafka(ctx context.Context, l *config.Loader, dataDir string) (*devstac
 			"-addr", l.String("FERRY_DEV_KAFKA_ADDR"),
 			"-data-dir", filepath.Join(dataDir, "kafka"),
 			"-partitions", strconv.Itoa(l.Int("FERRY_TOPIC_PARTITIONS")),
+			"-dispatch-partitions", l.String("FERRY_DISPATCH_PARTITIONS"),
 			"-topic-prefix", l.String("FERRY_TOPIC_PREFIX"),
 		},
 		LogFile: filepath.Join(dataDir, "kafka.log"),
@@ -51,6 +52,7 @@ func RunKafka(ctx context.Context, args []string, out io.Writer) error {
 	fs.StringVar(&cfg.Addr, "addr", "", "host:port to listen on")
 	fs.StringVar(&cfg.DataDir, "data-dir", "", "directory of the broker's persisted state")
 	fs.IntVar(&cfg.Partitions, "partitions", 0, "partitions of each topic")
+	dispatch := fs.Int("dispatch-partitions", 0, "partitions of each dispatch topic (0: -partitions)")
 	fs.StringVar(&prefix, "topic-prefix", "", "prefix of Ferry's topics, created at first start")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -58,6 +60,10 @@ func RunKafka(ctx context.Context, args []string, out io.Writer) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected argument %q", strings.Join(fs.Args(), " "))
 	}
-	cfg.Topics = schema.Topics{Prefix: prefix}.All()
+	topics := schema.Topics{Prefix: prefix}
+	cfg.Topics, cfg.TopicPartitions = topics.All(), map[string]int{}
+	for _, t := range topics.DispatchTopics() {
+		cfg.TopicPartitions[t] = *dispatch
+	}
 	return devstack.ServeKafka(ctx, cfg)
 }
