@@ -97,17 +97,14 @@ func profileDelta(before, after *profile.Profile) (*profile.Profile, error) {
 	return delta, nil
 }
 
+// fetchProfile GETs a profile from the pprof server at addr; its TimeNanos
+// is when the server wrote it.
 func fetchProfile(ctx context.Context, addr, path string) (*profile.Profile, error) {
 	data, err := fetch(ctx, addr, path)
 	if err != nil {
 		return nil, err
 	}
-	p, err := profile.ParseData(data)
-	if err != nil {
-		return nil, err
-	}
-	p.TimeNanos = time.Now().UnixNano()
-	return p, nil
+	return profile.ParseData(data)
 }
 
 // fetch GETs path from the pprof server at addr.

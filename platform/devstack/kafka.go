@@ -235,7 +235,7 @@ func seedTopics(topics []string, partitions map[string]int) []kfake.Opt {
 	byCount := map[int32][]string{}
 	for _, t := range topics {
 		n := int32(-1)
-		if p, ok := partitions[t]; ok && p > 0 {
+		if p := partitions[t]; p > 0 {
 			n = int32(p)
 		}
 		byCount[n] = append(byCount[n], t)

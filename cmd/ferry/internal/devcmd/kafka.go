@@ -32,7 +32,7 @@ func startKafka(ctx context.Context, l *config.Loader, dataDir string) (*devstac
 			"-addr", l.String("FERRY_DEV_KAFKA_ADDR"),
 			"-data-dir", filepath.Join(dataDir, "kafka"),
 			"-partitions", strconv.Itoa(l.Int("FERRY_TOPIC_PARTITIONS")),
-			"-dispatch-partitions", l.String("FERRY_DISPATCH_PARTITIONS"),
+			"-dispatch-partitions", strconv.Itoa(l.Int("FERRY_DISPATCH_PARTITIONS")),
 			"-topic-prefix", l.String("FERRY_TOPIC_PREFIX"),
 		},
 		LogFile: filepath.Join(dataDir, "kafka.log"),
