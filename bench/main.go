@@ -53,7 +53,7 @@ type options struct {
 	workloads, apiURL, key, pgURL, kafka, redisURL, prefix string
 	adminKey                                               string
 	repo, results, profile, envs, ref, peers, compare      string
-	quick, keep                                            bool
+	quick, keep, trace                                     bool
 	scale, nThrough, clients, pid                          int
 	timeout                                                time.Duration
 	argv                                                   []string // as given, for the results header
@@ -79,6 +79,7 @@ func parseOptions(args []string, stderr io.Writer) (options, bool) {
 	fs.StringVar(&o.repo, "repo", "", "repository root (default: found from the working directory)")
 	fs.StringVar(&o.results, "results", "", "results directory (default <repo>/bench/results; \"-\" for none)")
 	fs.StringVar(&o.profile, "profile", "", "directory for pprof profiles of the throughput, latency, delayed and retry workloads (default: a temporary directory; \"-\" for none)")
+	fs.BoolVar(&o.trace, "trace", false, "with the profiles, a runtime trace of the serving process over each profiled window (<workload>-trace.out: go tool trace, or -pprof=sched for how long goroutines waited for a processor)")
 	fs.DurationVar(&o.timeout, "timeout", 3*time.Minute, "how long a workload may wait for its jobs to complete")
 	fs.BoolVar(&o.keep, "keep", false, "leave the ferry dev data directory behind")
 	fs.StringVar(&o.envs, "env", "", "extra environment for ferry dev, comma-separated K=V (e.g. FERRY_SCHEDULER_PREFETCH=500)")
@@ -265,7 +266,7 @@ func newBench(t *Target, probe *Probe, sizes Sizes, o options, stderr io.Writer)
 		_ = os.MkdirAll(profDir, 0o755)
 	}
 	return &Bench{
-		t: t, probe: probe, sizes: sizes, clients: o.clients, timeout: o.timeout, profile: profDir, log: stderr,
+		t: t, probe: probe, sizes: sizes, clients: o.clients, timeout: o.timeout, profile: profDir, trace: o.trace, log: stderr,
 		runID: randHex(4),
 		client: &http.Client{Timeout: 2 * time.Minute, Transport: &http.Transport{
 			MaxIdleConns: 1024, MaxIdleConnsPerHost: 1024, IdleConnTimeout: time.Minute,

@@ -14,8 +14,9 @@ import (
 )
 
 // startProfile fetches a CPU and an allocation profile of the serving
-// process over d (and a CPU profile of its broker), in the background; the
-// returned func waits.
+// process over d (and a CPU profile of its broker; with -trace, a runtime
+// trace of the serving process), in the background; the returned func
+// waits.
 func (b *Bench) startProfile(ctx context.Context, name string, d time.Duration) func() {
 	if b.profile == "" || b.t.Pprof == "" {
 		return func() {}
@@ -26,6 +27,10 @@ func (b *Bench) startProfile(ctx context.Context, name string, d time.Duration) 
 	wg.Go(func() {
 		b.saveProfile(name+"-allocs.pb.gz", func() ([]byte, error) { return allocsDuring(ctx, b.t.Pprof, d) })
 	})
+	if b.trace {
+		tr := fmt.Sprintf("/debug/pprof/trace?seconds=%d", int(d.Seconds()))
+		wg.Go(func() { b.saveProfile(name+"-trace.out", func() ([]byte, error) { return fetch(ctx, b.t.Pprof, tr) }) })
+	}
 	if b.t.BrokerPprof != "" {
 		wg.Go(func() {
 			b.saveProfile(name+"-broker-cpu.pb.gz", func() ([]byte, error) { return fetch(ctx, b.t.BrokerPprof, cpu) })

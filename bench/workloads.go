@@ -26,6 +26,7 @@ type Bench struct {
 	clients int
 	timeout time.Duration
 	profile string // directory for pprof profiles; "" for none
+	trace   bool   // a runtime trace beside each workload's profiles
 	log     io.Writer
 	noise   string
 
