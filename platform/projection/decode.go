@@ -7,6 +7,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ferryhq/ferry/events/schema"
+	"github.com/ferryhq/ferry/platform/background"
 )
 
 // Decode returns rec's event. Under a Shared reader it is decoded once for
@@ -17,6 +18,7 @@ import (
 // read it, never change it in place (copy a slice, map or pointed-to
 // field before changing it).
 func Decode(ctx context.Context, rec *kgo.Record) (schema.Event, error) {
+	background.Step()
 	polls, _ := ctx.Value(decodesKey{}).([]*decodes)
 	for _, ds := range polls {
 		if i, ok := ds.index[rec]; ok {

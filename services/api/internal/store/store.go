@@ -21,6 +21,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ferryhq/ferry/events/schema"
+	"github.com/ferryhq/ferry/platform/background"
 	"github.com/ferryhq/ferry/platform/pgstore"
 	"github.com/ferryhq/ferry/platform/projection"
 	"github.com/ferryhq/ferry/services/api/internal/status"
@@ -259,6 +260,7 @@ func fold(batch batchEvents, loaded map[jobKey]*Job, now time.Time) ([]*Job, *co
 	writes := make([]*Job, 0, len(batch.order))
 	counts := newCountChanges()
 	for _, k := range batch.order {
+		background.Step()
 		before := loaded[k]
 		j := new(Job)
 		if before != nil {

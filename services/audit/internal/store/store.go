@@ -18,6 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ferryhq/ferry/events/schema"
+	"github.com/ferryhq/ferry/platform/background"
 	"github.com/ferryhq/ferry/platform/pgstore"
 	"github.com/ferryhq/ferry/platform/projection"
 	"github.com/ferryhq/ferry/platform/telemetry"
@@ -181,6 +182,7 @@ func isUniqueViolation(err error) bool {
 func chainRows(rows []*chain.Row, heads map[string]chain.Position) [][]byte {
 	hashes := make([][]byte, len(rows))
 	for i, p := range rows {
+		background.Step()
 		h := heads[p.ChainID]
 		p.Seq, p.PrevHash = h.Seq+1, h.Hash
 		hashes[i] = chain.Hash(*p)

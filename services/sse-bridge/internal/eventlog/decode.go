@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ferryhq/ferry/events/schema"
+	"github.com/ferryhq/ferry/platform/background"
 )
 
 // wireEvent is the JSON of an SSE data line.
@@ -64,6 +65,7 @@ func awaits(t schema.EventType) schema.EventType {
 func decodeBatch(recs []*kgo.Record, log *slog.Logger) []logEvent {
 	evs := make([]logEvent, 0, len(recs))
 	for _, r := range recs {
+		background.Step()
 		ev, ok := decodeRecord(r, log)
 		if ok {
 			evs = append(evs, ev)

@@ -20,6 +20,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/ferryhq/ferry/platform/background"
 	"github.com/ferryhq/ferry/services/sse-bridge/internal/hub"
 )
 
@@ -92,6 +93,7 @@ func (l *Log) Append(recs []*kgo.Record) {
 	now := l.cfg.Now()
 	var out []*hub.Event
 	for _, e := range evs {
+		background.Step()
 		l.take(e, now, &out)
 	}
 	l.finish(out)
