@@ -93,6 +93,8 @@ func (l *Log) Append(recs []*kgo.Record) {
 	now := l.cfg.Now()
 	var out []*hub.Event
 	for _, e := range evs {
+		// A yield here holds the lock meanwhile: a stream reading the log
+		// waits for it, a job's start does not.
 		background.Step()
 		l.take(e, now, &out)
 	}
