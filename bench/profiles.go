@@ -89,10 +89,12 @@ func allocsDuring(ctx context.Context, addr string, d time.Duration) ([]byte, er
 // profileDelta is after − before: the samples' values counted between the
 // two (for a heap profile, the alloc_* values; its inuse_* values become a
 // difference too, which means nothing and is what pprof's own delta gives).
-// Its default sample is alloc_space, as /debug/pprof/allocs's is.
+// Its default sample is alloc_space, as /debug/pprof/allocs's is. Neither
+// argument is changed.
 func profileDelta(before, after *profile.Profile) (*profile.Profile, error) {
-	before.Scale(-1)
-	delta, err := profile.Merge([]*profile.Profile{before, after})
+	negated := before.Copy()
+	negated.Scale(-1)
+	delta, err := profile.Merge([]*profile.Profile{negated, after})
 	if err != nil {
 		return nil, err
 	}

@@ -25,9 +25,13 @@ func heapProfile(objects, bytes int64, at int64) *profile.Profile {
 }
 
 func TestProfileDeltaCountsOnlyTheWindow(t *testing.T) {
-	delta, err := profileDelta(heapProfile(1_000, 64_000, 10), heapProfile(1_250, 80_000, 35))
+	before, after := heapProfile(1_000, 64_000, 10), heapProfile(1_250, 80_000, 35)
+	delta, err := profileDelta(before, after)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if got := before.Sample[0].Value[:2]; got[0] != 1_000 || got[1] != 64_000 {
+		t.Errorf("before changed: alloc_objects, alloc_space now %v, want [1000 64000]", got)
 	}
 	if len(delta.Sample) != 1 {
 		t.Fatalf("samples: got %d, want 1", len(delta.Sample))
