@@ -359,6 +359,7 @@ type Counters struct {
 	// pg_stat_statements; StmtDealloc its evictions.
 	Stmts       map[string]int64
 	StmtDealloc int64
+	Own         probeCost // the bench's own statements so far
 	// Messages are the serving process's Kafka requests by client and
 	// kind and its records decoded and encoded (messageCounts), nil when its
 	// /metrics cannot be read.
@@ -377,7 +378,7 @@ func (p *Probe) counters(ctx context.Context) Counters {
 	c.Redis, _ = p.redisCalls(ctx)
 	c.RedisS = p.redisInfo(ctx)
 	c.Tables, _ = p.tableStats(ctx)
-	c.Stmts, c.StmtDealloc = p.statements(ctx)
+	c.Stmts, c.Own, c.StmtDealloc = p.statements(ctx)
 	return c
 }
 
@@ -401,7 +402,7 @@ func (p *Probe) pgFlushed(ctx context.Context, c Counters, limit time.Duration) 
 		stable := writes(tables) == writes(c.Tables)
 		c.Tables = tables
 		c.PG, _ = p.pgStats(ctx)
-		c.Stmts, c.StmtDealloc = p.statements(ctx)
+		c.Stmts, c.Own, c.StmtDealloc = p.statements(ctx)
 		if stable {
 			break
 		}
@@ -513,6 +514,9 @@ func (p *Probe) perJob(a, b Counters, n int) (string, map[string]any) {
 	s += " (row writes by table: " + topPerJob(tables, f) + "; rows fetched by table: " + topPerJob(fetched, f) +
 		"; of them by sequential scan: " + cmp.Or(topPerJob(seq, f), "none") +
 		fmt.Sprintf("; jobs updates %.2f, of them HOT %.2f)", float64(jobs.Updates)/f, float64(jobs.HOTUpdates)/f)
+	if own := probeLine(a, b); own != "" {
+		s += "; " + own
+	}
 	cpu := microsPerJob(a.CPU, b.CPU, n)
 	if len(cpu) > 1 {
 		s += "; " + cpuLine(cpu)

@@ -21,29 +21,53 @@ func (p *Probe) enableStatements(ctx context.Context) {
 // database by kind (statementKind), from pg_stat_statements; nil when the
 // module is not loaded. dealloc is how many times the view evicted entries
 // (pg_stat_statements_info): counts of evicted entries are lost.
-func (p *Probe) statements(ctx context.Context) (kinds map[string]int64, dealloc int64) {
-	rows, err := p.pg.Query(ctx, probeMark+`SELECT query, calls FROM pg_stat_statements
+func (p *Probe) statements(ctx context.Context) (kinds map[string]int64, own probeCost, dealloc int64) {
+	rows, err := p.pg.Query(ctx, probeMark+`SELECT query, calls, rows, total_exec_time FROM pg_stat_statements
 		WHERE toplevel AND dbid = (SELECT oid FROM pg_database WHERE datname = current_database())`)
 	if err != nil {
-		return nil, 0
+		return nil, probeCost{}, 0
 	}
 	defer rows.Close()
 	kinds = map[string]int64{}
 	for rows.Next() {
 		var q string
-		var n int64
-		if rows.Scan(&q, &n) != nil {
-			return nil, 0
+		var n, r int64
+		var ms float64
+		if rows.Scan(&q, &n, &r, &ms) != nil {
+			return nil, probeCost{}, 0
 		}
-		if !strings.HasPrefix(q, probeMark) {
+		if strings.HasPrefix(q, probeMark) {
+			own = own.plus(probeCost{Calls: n, Rows: r, ExecMs: ms})
+		} else {
 			kinds[statementKind(q)] += n
 		}
 	}
 	if rows.Err() != nil {
-		return nil, 0
+		return nil, probeCost{}, 0
 	}
 	_ = p.pg.QueryRow(ctx, probeMark+`SELECT dealloc FROM pg_stat_statements_info`).Scan(&dealloc)
-	return kinds, dealloc
+	return kinds, own, dealloc
+}
+
+// probeCost is what the bench's own statements (probeMark) cost Postgres:
+// they run beside the workload, so its CPU and rows fetched include them.
+type probeCost struct {
+	Calls, Rows int64
+	ExecMs      float64 // execution time in Postgres, summed
+}
+
+func (c probeCost) plus(d probeCost) probeCost {
+	return probeCost{c.Calls + d.Calls, c.Rows + d.Rows, c.ExecMs + d.ExecMs}
+}
+
+// probeLine says what the bench's own statements between a and b cost,
+// so a reader can tell them from the workload's: "" when none ran.
+func probeLine(a, b Counters) string {
+	d := b.Own.plus(probeCost{-a.Own.Calls, -a.Own.Rows, -a.Own.ExecMs})
+	if a.Stmts == nil || b.Stmts == nil || d.Calls <= 0 {
+		return ""
+	}
+	return fmt.Sprintf("the bench's own statements in that window (in Postgres's CPU and rows above): %d, returning %d rows, %.1f ms executing", d.Calls, d.Rows, d.ExecMs)
 }
 
 // statementKind names a statement by its command and the first table it
