@@ -264,8 +264,31 @@ func scanJobWith(row pgx.CollectableRow, extra ...any) (Job, error) {
 	return scanColumns(row, jobColumns, extra...)
 }
 
-// scanFoldColumns scans a row of foldSelect.
-func scanFoldColumns(row pgx.CollectableRow) (Job, error) { return scanColumns(row, foldColumns) }
+// rowScanner scans rows of its columns into one reused scannedRow: a
+// batch's read (selectJobs, the status projection's per-batch load) makes
+// its scan destinations once, not once per row.
+type rowScanner struct {
+	r     scannedRow
+	dests []any
+}
+
+func newRowScanner(cols []column) *rowScanner {
+	s := &rowScanner{dests: make([]any, len(cols))}
+	for i, c := range cols {
+		s.dests[i] = c.dest(&s.r)
+	}
+	return s
+}
+
+// scan is a pgx.RowToFunc: the row as a Job (job copies what it keeps out
+// of the reused scannedRow, which starts empty for every row).
+func (s *rowScanner) scan(row pgx.CollectableRow) (Job, error) {
+	s.r = scannedRow{}
+	if err := row.Scan(s.dests...); err != nil {
+		return Job{}, err
+	}
+	return s.r.job(), nil
+}
 
 // scanColumns scans a row of cols followed by the columns of extra; the
 // columns not in cols keep their zero value.
@@ -302,7 +325,7 @@ var foldColumns = func() []column {
 	return cols
 }()
 
-// foldSelect is the SELECT list of foldColumns, for scanFoldColumns.
+// foldSelect is the SELECT list of foldColumns.
 var foldSelect = func() string {
 	names := make([]string, len(foldColumns))
 	for i, c := range foldColumns {

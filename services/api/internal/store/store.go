@@ -154,7 +154,10 @@ type batchEvents struct {
 // and groups the lifecycle events by job; other records are skipped,
 // undecodable ones logged.
 func (s *Store) groupByJob(ctx context.Context, recs []*kgo.Record) batchEvents {
-	b := batchEvents{byJob: map[jobKey][]schema.Event{}, spec: map[jobKey]bool{}}
+	// Sized for a job per record up front: a batch of thousands rehashed
+	// its maps several times as they grew.
+	b := batchEvents{byJob: make(map[jobKey][]schema.Event, len(recs)), spec: make(map[jobKey]bool, len(recs)),
+		order: make([]jobKey, 0, len(recs))}
 	for _, rec := range recs {
 		ev, err := projection.Decode(ctx, rec)
 		if err != nil {
@@ -192,7 +195,7 @@ type loadedJobs struct {
 func loadForUpdate(ctx context.Context, tx pgx.Tx, batch batchEvents) (loadedJobs, error) {
 	sorted := slices.Clone(batch.order)
 	slices.SortFunc(sorted, compareKeys)
-	jobs, err := selectJobs(ctx, tx, foldSelect+" FROM jobs", " FOR UPDATE", sorted, scanFoldColumns)
+	jobs, err := selectJobs(ctx, tx, foldSelect+" FROM jobs", " FOR UPDATE", sorted, foldColumns)
 	if err != nil {
 		return loadedJobs{}, err
 	}
@@ -211,7 +214,7 @@ func loadForUpdate(ctx context.Context, tx pgx.Tx, batch batchEvents) (loadedJob
 		return out, nil
 	}
 	// Locked by the first read: a plain read sees them as they are.
-	full, err := selectJobs(ctx, tx, selectColumns+" FROM jobs", "", whole, scanJob)
+	full, err := selectJobs(ctx, tx, selectColumns+" FROM jobs", "", whole, jobColumns)
 	if err != nil {
 		return loadedJobs{}, err
 	}
@@ -222,11 +225,12 @@ func loadForUpdate(ctx context.Context, tx pgx.Tx, batch batchEvents) (loadedJob
 }
 
 // selectJobs reads the rows of keys (in that order) with the SELECT list
-// and table of what and the locking clause lock, each through the primary
-// key (a lateral subquery per key: the planner cannot turn it into a scan
-// of the table, as it would a join with the key arrays while the table is
-// small enough).
-func selectJobs(ctx context.Context, tx pgx.Tx, what, lock string, keys []jobKey, scan pgx.RowToFunc[Job]) ([]Job, error) {
+// (of cols) and table of what and the locking clause lock, each through
+// the primary key (a lateral subquery per key: the planner cannot turn it
+// into a scan of the table, as it would a join with the key arrays while
+// the table is small enough). The result has room for every key from the
+// start: a batch's rows are large, and growing the slice copied them.
+func selectJobs(ctx context.Context, tx pgx.Tx, what, lock string, keys []jobKey, cols []column) ([]Job, error) {
 	tenants, ids := make([]string, len(keys)), make([]string, len(keys))
 	for i, k := range keys {
 		tenants[i], ids[i] = k.tenant, k.id
@@ -237,7 +241,7 @@ func selectJobs(ctx context.Context, tx pgx.Tx, what, lock string, keys []jobKey
 	if err != nil {
 		return nil, fmt.Errorf("store: load jobs: %w", err)
 	}
-	jobs, err := pgx.CollectRows(rows, scan)
+	jobs, err := pgx.AppendRows(make([]Job, 0, len(keys)), rows, newRowScanner(cols).scan)
 	if err != nil {
 		return nil, fmt.Errorf("store: load jobs: %w", err)
 	}
