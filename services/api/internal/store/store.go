@@ -262,11 +262,12 @@ func compareKeys(a, b jobKey) int {
 // the counter changes they make.
 func fold(batch batchEvents, loaded map[jobKey]*Job, now time.Time) ([]*Job, *countChanges) {
 	writes := make([]*Job, 0, len(batch.order))
+	rows := make([]Job, len(batch.order)) // one allocation for the batch, not one per job
 	counts := newCountChanges()
-	for _, k := range batch.order {
+	for i, k := range batch.order {
 		background.Step()
 		before := loaded[k]
-		j := new(Job)
+		j := &rows[i]
 		if before != nil {
 			*j = *before
 		}
