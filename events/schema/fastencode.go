@@ -63,6 +63,19 @@ func fastEncode(data Data) ([]byte, bool) {
 	return bytes.Clone(b), true
 }
 
+// MarshalSpec encodes a job's spec as json.Marshal does, through the hand
+// encoder of the enqueued record's spec. The scheduler stores each job's
+// spec in Redis as JSON, and encoding/json's reflection was ~1 % of
+// ferry's CPU at full load there (docs/performance.md, Round 28).
+func MarshalSpec(spec *JobSpec) ([]byte, error) {
+	var e encoder
+	b := e.jobSpec(nil, spec)
+	if e.refused {
+		return json.Marshal(spec)
+	}
+	return b, nil
+}
+
 // appendHot appends the encoding of data, false if it is not of a hot type
 // or holds a value json.Marshal refuses.
 func appendHot(b []byte, data Data) ([]byte, bool) {

@@ -48,7 +48,26 @@ func fastMatches(t testing.TB, data Data) (taken bool) {
 	if !bytes.Equal(enc, want) || fmt.Sprint(err) != fmt.Sprint(wantErr) {
 		t.Fatalf("%T: encodeData = %q, %v; json.Marshal = %q, %v", data, enc, err, want, wantErr)
 	}
+	switch e := data.(type) {
+	case Enqueued:
+		specMatches(t, &e.Job)
+	case *Enqueued:
+		if e != nil {
+			specMatches(t, &e.Job)
+		}
+	}
 	return ok
+}
+
+// specMatches holds MarshalSpec (the scheduler's spec in Redis) to
+// json.Marshal: the same bytes, or the same error.
+func specMatches(t testing.TB, spec *JobSpec) {
+	t.Helper()
+	want, wantErr := json.Marshal(spec)
+	got, err := MarshalSpec(spec)
+	if !bytes.Equal(got, want) || fmt.Sprint(err) != fmt.Sprint(wantErr) {
+		t.Fatalf("MarshalSpec = %q, %v; json.Marshal = %q, %v", got, err, want, wantErr)
+	}
 }
 
 // Every example and every golden value is written as json.Marshal writes

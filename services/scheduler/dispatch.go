@@ -163,13 +163,15 @@ func (s *Service) stepGated(ctx context.Context, pool string) (qstore.DispatchRe
 
 // stepRecords are the records of a dispatch step: a dispatch per leased
 // job and a dead letter per expired one, each with the template it came
-// from; a job whose dispatch cannot be encoded is to be released.
-func (s *Service) stepRecords(pool string, res qstore.DispatchResult) ([]*kgo.Record, map[*kgo.Record]qstore.Template, qstore.Batch) {
+// from (in res, which the records' owner map points into); a job whose
+// dispatch cannot be encoded is to be released.
+func (s *Service) stepRecords(pool string, res qstore.DispatchResult) ([]*kgo.Record, recordOwners, qstore.Batch) {
 	topic := s.deps.Topics.Dispatch(pool)
 	recs := make([]*kgo.Record, 0, len(res.Dispatched)+len(res.Expired))
-	owner := make(map[*kgo.Record]qstore.Template, cap(recs))
+	owner := make(recordOwners, cap(recs))
 	var release qstore.Batch
-	for _, t := range res.Dispatched {
+	for i := range res.Dispatched {
+		t := &res.Dispatched[i]
 		rec, err := schema.NewRecord(topic, Source, schema.Dispatch{
 			JobRef:     schema.JobRef{JobID: t.JobID, TenantID: t.TenantID, Attempt: t.Attempt},
 			DispatchID: t.DispatchID,
@@ -177,7 +179,7 @@ func (s *Service) stepRecords(pool string, res qstore.DispatchResult) ([]*kgo.Re
 			CreatedAt:  t.CreatedAt,
 			ReadyAt:    t.ReadyAt,
 			LeaseUntil: t.LeaseUntil.UTC(),
-			NotBefore:  notBefore(t),
+			NotBefore:  notBefore(*t),
 		})
 		if err != nil {
 			s.log.Error("encode dispatch", "job_id", t.JobID, "err", err)
@@ -188,8 +190,9 @@ func (s *Service) stepRecords(pool string, res qstore.DispatchResult) ([]*kgo.Re
 		owner[rec] = t
 	}
 	now := s.cfg.Now()
-	for _, t := range res.Expired {
-		rec, err := s.deadLetter(t, schema.ErrorInfo{Class: schema.ClassExpired, Message: "not_after passed before the job could start"}, t.History, now)
+	for i := range res.Expired {
+		t := &res.Expired[i]
+		rec, err := s.deadLetter(*t, schema.ErrorInfo{Class: schema.ClassExpired, Message: "not_after passed before the job could start"}, t.History, now)
 		if err != nil {
 			s.log.Error("encode dlq", "job_id", t.JobID, "err", err)
 			continue
@@ -199,6 +202,11 @@ func (s *Service) stepRecords(pool string, res qstore.DispatchResult) ([]*kgo.Re
 	}
 	return recs, owner, release
 }
+
+// recordOwners are the templates a dispatch step's records were made from,
+// by record: pointers, as a step's templates (each with its job's spec)
+// are large to copy into a map.
+type recordOwners map[*kgo.Record]*qstore.Template
 
 // notBefore is the not_before of t's dispatch: its due time when it was
 // leased ahead of it (Config.Lookahead), else none. Redis orders due times

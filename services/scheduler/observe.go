@@ -101,7 +101,7 @@ func MetricNames() []string {
 // dispatch record gets a context carrying its job's trace (the traceparent
 // stored with the enqueued attempt), so kotel's publish span and the
 // traceparent header continue that trace; and the step is counted.
-func (s *Service) observeDispatch(ctx context.Context, pool string, res qstore.DispatchResult, recs []*kgo.Record, owner map[*kgo.Record]qstore.Template) {
+func (s *Service) observeDispatch(ctx context.Context, pool string, res qstore.DispatchResult, recs []*kgo.Record, owner recordOwners) {
 	m := metrics()
 	if res.LeaseExpiries > 0 {
 		m.leaseExpiries.Add(ctx, int64(res.LeaseExpiries), m.byPool.Get(pool))
@@ -110,10 +110,10 @@ func (s *Service) observeDispatch(ctx context.Context, pool string, res qstore.D
 	for _, r := range recs {
 		t := owner[r]
 		if t.DispatchID == "" {
-			s.countDeadLetter(ctx, t, schema.ClassExpired)
+			s.countDeadLetter(ctx, *t, schema.ClassExpired)
 			continue
 		}
-		m.dispatches.Add(ctx, 1, m.byJob.Get(jobKey{pool, queueOf(t), t.TenantID}))
+		m.dispatches.Add(ctx, 1, m.byJob.Get(jobKey{pool, queueOf(*t), t.TenantID}))
 		if t.TraceParent != "" {
 			r.Context = telemetry.ContextWithTraceParent(ctx, t.TraceParent)
 		}

@@ -12,7 +12,6 @@ import (
 
 	"github.com/ferryhq/ferry/platform/kafkax"
 	"github.com/ferryhq/ferry/platform/telemetry"
-	"github.com/ferryhq/ferry/services/scheduler/internal/qstore"
 )
 
 // Type-aware routing, the scheduler's side (the queue side is in
@@ -28,7 +27,7 @@ const MetricJobsUnroutable = "ferry.jobs.unroutable"
 // routeDispatches sends each dispatch record to the partition its step
 // chose. Call it after observeDispatch, which sets the records' contexts;
 // one without gets ctx, the produce's, as Produce would give it.
-func routeDispatches(ctx context.Context, recs []*kgo.Record, owner map[*kgo.Record]qstore.Template) {
+func routeDispatches(ctx context.Context, recs []*kgo.Record, owner recordOwners) {
 	for _, r := range recs {
 		if t := owner[r]; t.DispatchID != "" && t.Partition >= 0 {
 			if r.Context == nil {

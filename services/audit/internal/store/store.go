@@ -93,6 +93,7 @@ func (s *Store) Apply(ctx context.Context, tx pgx.Tx, recs []*kgo.Record) error 
 // exactly what verification reads back.
 func (s *Store) decodeRows(ctx context.Context, recs []*kgo.Record) []*chain.Row {
 	rows := make([]*chain.Row, 0, len(recs))
+	backing := make([]chain.Row, 0, len(recs)) // the rows, in one allocation; never grown, so the pointers hold
 	seen := make(map[string]bool, len(recs))
 	chains := chainIDs{}
 	for _, r := range recs {
@@ -106,7 +107,7 @@ func (s *Store) decodeRows(ctx context.Context, recs []*kgo.Record) []*chain.Row
 			continue
 		}
 		seen[ev.ID] = true
-		rows = append(rows, &chain.Row{
+		backing = append(backing, chain.Row{
 			ChainID:  chains.of(ref.TenantID, r.Topic, r.Partition),
 			EventID:  ev.ID,
 			TenantID: ref.TenantID,
@@ -118,6 +119,7 @@ func (s *Store) decodeRows(ctx context.Context, recs []*kgo.Record) []*chain.Row
 			TraceID:  telemetry.TraceIDOf(ev.TraceParent),
 			Data:     r.Value,
 		})
+		rows = append(rows, &backing[len(backing)-1])
 	}
 	return rows
 }

@@ -213,7 +213,7 @@ func (b *Batch) ended(jobID, dispatchID string) {
 // Enqueue adds an attempt. readyAt is recorded as the attempt's ready time
 // for immediate attempts (the record's time when RunAt is zero).
 func (b *Batch) Enqueue(e schema.Enqueued, recordTime time.Time) error {
-	spec, err := json.Marshal(e.Job)
+	spec, err := schema.MarshalSpec(&e.Job)
 	if err != nil {
 		return fmt.Errorf("qstore: encode job spec: %w", err)
 	}

@@ -195,6 +195,7 @@ func decodeDispatchReply(v []any) (DispatchResult, error) {
 	if r.err != nil || int64(r.left()) < 8*(nd+ne) {
 		return res, errShortReply
 	}
+	res.Dispatched = make([]Template, 0, nd)
 	for range nd {
 		t, err := r.dispatchedTemplate()
 		if err != nil {
