@@ -94,7 +94,8 @@ func Run(ctx context.Context, pool *pgxpool.Pool, cfg Config, apply ApplyFunc) e
 			return storedOffsets(ctx, pool, cfg.Group, assigned)
 		}),
 	)
-	opts = append(opts, rebalanceLogs(cfg.Group, log, nil)...)
+	al := newAligner(alignHold(maxWait))
+	opts = append(opts, rebalanceLogs(cfg.Group, log, al.forget)...)
 	cl, err := kafkax.NewClient(cfg.Kafka, opts...)
 	if err != nil {
 		return err
@@ -107,16 +108,16 @@ func Run(ctx context.Context, pool *pgxpool.Pool, cfg Config, apply ApplyFunc) e
 	settler := newSettler(pool, cfg.Group, apply, log)
 	tr := newTracer(cfg.Group)
 	for {
-		fetches := cl.PollRecords(ctx, cfg.MaxBatch)
+		recs := al.poll(ctx, cl, cfg.MaxBatch, cfg.Group, log)
 		if ctx.Err() != nil {
 			cl.AllowRebalance()
 			return nil
 		}
-		logFetchErrors(fetches, cfg.Group, log)
-		recs := fetches.Records()
-		if len(recs) > 0 {
-			spans := tr.start(recs)
-			err := settler.Settle(ctx, recs)
+		for len(recs) > 0 { // held records and a poll's can exceed MaxBatch
+			batch := recs[:min(len(recs), cfg.MaxBatch)]
+			recs = recs[len(batch):]
+			spans := tr.start(batch)
+			err := settler.Settle(ctx, batch)
 			tr.end(spans, err)
 			if err != nil {
 				cl.AllowRebalance()
@@ -127,10 +128,15 @@ func Run(ctx context.Context, pool *pgxpool.Pool, cfg Config, apply ApplyFunc) e
 	}
 }
 
-// logFetchErrors logs the fetch errors of a poll but ctx's cancellation.
+// alignHold is how long an aligner may hold a record back (aligner):
+// twice a fetch's wait, so a partition behind gets two fetches to catch up.
+func alignHold(fetchMaxWait time.Duration) time.Duration { return 2 * fetchMaxWait }
+
+// logFetchErrors logs the fetch errors of a poll but its context's end
+// (cancellation, or the deadline of a poll that waited for held records).
 func logFetchErrors(fetches kgo.Fetches, group string, log *slog.Logger) {
 	fetches.EachError(func(topic string, p int32, err error) {
-		if !errors.Is(err, context.Canceled) {
+		if !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
 			log.Warn("projection fetch error", "group", group, "topic", topic, "partition", p, "err", err)
 		}
 	})
@@ -181,9 +187,10 @@ func watch(ctx context.Context, pool *pgxpool.Pool, cl *kgo.Client, cfg Config, 
 // projected by this replica until it rejoins, and then resume from the
 // offsets in Postgres). Assignment is not hooked: with BlockRebalanceOnPoll
 // an assignment callback would make new partitions wait for the poll.
-// settle, when set, runs first in both callbacks (a Shared reader waits
-// there until the batches it handed out are applied).
-func rebalanceLogs(group string, log *slog.Logger, settle func()) []kgo.Opt {
+// giveUp runs first in both callbacks with the partitions given up (a
+// Shared reader waits there until the batches it handed out are applied;
+// both forget what their aligner holds of them).
+func rebalanceLogs(group string, log *slog.Logger, giveUp func(*kgo.Client, map[string][]int32)) []kgo.Opt {
 	count := func(ps map[string][]int32) int {
 		n := 0
 		for _, p := range ps {
@@ -192,18 +199,14 @@ func rebalanceLogs(group string, log *slog.Logger, settle func()) []kgo.Opt {
 		return n
 	}
 	return []kgo.Opt{
-		kgo.OnPartitionsRevoked(func(_ context.Context, _ *kgo.Client, ps map[string][]int32) {
-			if settle != nil {
-				settle()
-			}
+		kgo.OnPartitionsRevoked(func(_ context.Context, cl *kgo.Client, ps map[string][]int32) {
+			giveUp(cl, ps)
 			if n := count(ps); n > 0 {
 				log.Info("projection partitions revoked", "group", group, "partitions", n)
 			}
 		}),
-		kgo.OnPartitionsLost(func(_ context.Context, _ *kgo.Client, ps map[string][]int32) {
-			if settle != nil {
-				settle()
-			}
+		kgo.OnPartitionsLost(func(_ context.Context, cl *kgo.Client, ps map[string][]int32) {
+			giveUp(cl, ps)
 			if n := count(ps); n > 0 {
 				log.Warn("projection partitions lost with the group session; they resume from the stored offsets after the rejoin",
 					"group", group, "partitions", n)

@@ -135,7 +135,8 @@ func (s *Shared) Run(ctx context.Context) (err error) {
 		<-ctx.Done()
 		return nil
 	}
-	r := &reader{pool: s.pool, cfg: s.cfg, members: members}
+	_, maxWait := fetchDefaults(s.cfg.FetchMinBytes, s.cfg.FetchMaxWait)
+	r := &reader{pool: s.pool, cfg: s.cfg, members: members, align: newAligner(alignHold(maxWait))}
 	return r.run(ctx)
 }
 
@@ -198,6 +199,7 @@ type reader struct {
 	members []*member
 	mu      sync.Mutex // guards the members' next offsets
 	pending pending
+	align   *aligner // keeps the topics level in time (align.go)
 }
 
 // run polls and hands out records until ctx is done, with each member's
@@ -220,13 +222,12 @@ func (r *reader) run(ctx context.Context) error {
 		maxPoll = max(maxPoll, m.cfg.MaxBatch)
 	}
 	for {
-		fetches := cl.PollRecords(ctx, maxPoll)
+		recs := r.align.poll(ctx, cl, maxPoll, r.cfg.Group, r.cfg.Logger)
 		if ctx.Err() != nil {
 			cl.AllowRebalance()
 			return nil
 		}
-		logFetchErrors(fetches, r.cfg.Group, r.cfg.Logger)
-		r.hand(ctx, fetches.Records())
+		r.hand(ctx, recs)
 		cl.AllowRebalance()
 	}
 }
@@ -252,7 +253,10 @@ func (r *reader) clientOpts(ctx context.Context) []kgo.Opt {
 		kgo.FetchMaxWait(maxWait),
 		kgo.AdjustFetchOffsetsFn(r.seek),
 	)
-	return append(opts, rebalanceLogs(r.cfg.Group, r.cfg.Logger, func() { r.pending.wait(ctx) })...)
+	return append(opts, rebalanceLogs(r.cfg.Group, r.cfg.Logger, func(cl *kgo.Client, ps map[string][]int32) {
+		r.pending.wait(ctx)
+		r.align.forget(cl, ps)
+	})...)
 }
 
 // hand gives each member its records of recs, in batches of at most its

@@ -1,0 +1,217 @@
+package projection
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// A projection that reads several topics gets them as the broker answers
+// its fetches: up to a byte limit per partition. Behind on a backlog, a
+// topic of small records (a job's started and completed events) is read
+// further in time per fetch than one of large records (its enqueued event,
+// which carries the job's specification and payload), and the gap grows
+// with every fetch. The status projection then meets a job's start long
+// before its enqueued event: it creates the row from the start and
+// rewrites it whole when the enqueued event arrives, a second update that
+// moves the row's indexed columns (not HOT), for most of a backlog's jobs
+// (docs/performance.md, Round 28). Nothing is wrong, only costly: the
+// merge rules take events in any order.
+//
+// aligner keeps a consumer's topics level in time. Of each poll it hands
+// out only the records no later than the newest record of every partition
+// still behind its end (the frontier), holds the rest, and pauses the
+// partitions it holds records of, so the ones behind are fetched alone
+// until they catch up. A partition's records are handed out in offset
+// order: behind one held record, every later one of its partition is held
+// too (the projections skip offsets below the ones they were given). A
+// record is never held longer than maxHold, whatever the frontier says.
+type aligner struct {
+	maxHold time.Duration
+	now     func() time.Time
+
+	mu        sync.Mutex // the rebalance callbacks forget partitions
+	parts     map[topicPartition]*partitionState
+	held      []*kgo.Record // in the order polled
+	heldSince time.Time     // when the oldest held record was polled
+}
+
+type topicPartition struct {
+	topic     string
+	partition int32
+}
+
+// partitionState is what the aligner knows of one partition.
+type partitionState struct {
+	newest time.Time // timestamp of the newest record polled from it
+	behind bool      // its last poll ended short of its high watermark
+	held   int       // its records held
+	paused bool      // the aligner paused its fetching
+}
+
+func newAligner(maxHold time.Duration) *aligner {
+	return &aligner{maxHold: maxHold, now: time.Now, parts: map[topicPartition]*partitionState{}}
+}
+
+// poll polls cl for up to n records and returns those the aligner lets
+// through now, having paused or resumed partitions for the next poll.
+// While it holds records the poll waits no longer than they may be held.
+// Nil once ctx is done.
+func (a *aligner) poll(ctx context.Context, cl *kgo.Client, n int, group string, log *slog.Logger) []*kgo.Record {
+	pctx, cancel := ctx, context.CancelFunc(func() {})
+	if d, ok := a.holding(); ok {
+		pctx, cancel = context.WithTimeout(ctx, d)
+	}
+	fetches := cl.PollRecords(pctx, n)
+	cancel()
+	if ctx.Err() != nil {
+		return nil
+	}
+	logFetchErrors(fetches, group, log)
+	recs := a.take(fetches)
+	a.pace(cl)
+	return recs
+}
+
+// take adds a poll's records and returns those to apply now, in the order
+// they were polled (held ones from earlier polls first).
+func (a *aligner) take(fetches kgo.Fetches) []*kgo.Record {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	now := a.now()
+	if len(a.held) == 0 {
+		a.heldSince = now
+	}
+	fetches.EachPartition(func(p kgo.FetchTopicPartition) {
+		if len(p.Records) == 0 {
+			return
+		}
+		st := a.state(topicPartition{p.Topic, p.Partition})
+		last := p.Records[len(p.Records)-1]
+		st.newest, st.behind = last.Timestamp, last.Offset+1 < p.HighWatermark
+		a.held = append(a.held, p.Records...)
+	})
+	frontier, bounded := a.frontier()
+	if !bounded || now.Sub(a.heldSince) >= a.maxHold {
+		return a.releaseAll()
+	}
+	return a.release(frontier)
+}
+
+// frontier is the newest record time of the partitions behind their end
+// that are furthest back; false when none is behind.
+func (a *aligner) frontier() (time.Time, bool) {
+	var f time.Time
+	bounded := false
+	for _, st := range a.parts {
+		if st.behind && (!bounded || st.newest.Before(f)) {
+			f, bounded = st.newest, true
+		}
+	}
+	return f, bounded
+}
+
+// release hands out the held records up to frontier, keeping each
+// partition's order, and holds the rest.
+func (a *aligner) release(frontier time.Time) []*kgo.Record {
+	out := make([]*kgo.Record, 0, len(a.held))
+	kept := a.held[:0]
+	for _, st := range a.parts {
+		st.held = 0
+	}
+	for _, r := range a.held {
+		st := a.parts[topicPartition{r.Topic, r.Partition}]
+		if st.held > 0 || r.Timestamp.After(frontier) {
+			st.held++
+			kept = append(kept, r)
+			continue
+		}
+		out = append(out, r)
+	}
+	clear(a.held[len(kept):]) // no references past the kept records
+	a.held = kept
+	return out
+}
+
+// releaseAll hands out every held record.
+func (a *aligner) releaseAll() []*kgo.Record {
+	out := a.held
+	a.held = nil
+	for _, st := range a.parts {
+		st.held = 0
+	}
+	return out
+}
+
+// holding reports how long the next poll may wait before the held records
+// are due (maxHold after the oldest was polled); false when none is held.
+func (a *aligner) holding() (time.Duration, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if len(a.held) == 0 {
+		return 0, false
+	}
+	return max(a.maxHold-a.now().Sub(a.heldSince), 0), true
+}
+
+// pace pauses the fetching of the partitions the aligner holds records of
+// and resumes the others it paused.
+func (a *aligner) pace(cl *kgo.Client) {
+	a.mu.Lock()
+	pause, resume := map[string][]int32{}, map[string][]int32{}
+	for tp, st := range a.parts {
+		switch {
+		case st.held > 0 && !st.paused:
+			st.paused = true
+			pause[tp.topic] = append(pause[tp.topic], tp.partition)
+		case st.held == 0 && st.paused:
+			st.paused = false
+			resume[tp.topic] = append(resume[tp.topic], tp.partition)
+		}
+	}
+	a.mu.Unlock()
+	if len(pause) > 0 {
+		cl.PauseFetchPartitions(pause)
+	}
+	if len(resume) > 0 {
+		cl.ResumeFetchPartitions(resume)
+	}
+}
+
+// forget drops what the aligner holds and knows of partitions the consumer
+// gave up (revoked or lost) and resumes their fetching: whoever owns them
+// next reads them again from the stored offsets.
+func (a *aligner) forget(cl *kgo.Client, ps map[string][]int32) {
+	a.mu.Lock()
+	gone := map[topicPartition]bool{}
+	for t, parts := range ps {
+		for _, p := range parts {
+			gone[topicPartition{t, p}] = true
+			delete(a.parts, topicPartition{t, p})
+		}
+	}
+	kept := a.held[:0]
+	for _, r := range a.held {
+		if !gone[topicPartition{r.Topic, r.Partition}] {
+			kept = append(kept, r)
+		}
+	}
+	clear(a.held[len(kept):])
+	a.held = kept
+	a.mu.Unlock()
+	if cl != nil && len(ps) > 0 {
+		cl.ResumeFetchPartitions(ps)
+	}
+}
+
+func (a *aligner) state(tp topicPartition) *partitionState {
+	st := a.parts[tp]
+	if st == nil {
+		st = &partitionState{}
+		a.parts[tp] = st
+	}
+	return st
+}
