@@ -427,3 +427,75 @@ func staleLookupPlan(ctx context.Context, db interface {
 	}
 	return strings.Join(lines, "\n"), nil
 }
+
+// TestTopicsReadLevelInTime: behind on a backlog of two topics, one of
+// large records and one of small ones (a job's enqueued event and its
+// start), Run applies each small record no earlier than the large record
+// that came before it in time, where byte-limited fetches would read the
+// small topic far ahead (the aligner, align.go).
+func TestTopicsReadLevelInTime(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	big, small := "level-big", "level-small"
+	if err := kafkax.EnsureTopics(ctx, f.client(), kafkax.TopicSpec{Names: []string{big, small}, Partitions: 1}); err != nil {
+		t.Fatal(err)
+	}
+	const n = 3000 // 6 MB of large records: several fetches of at most 1 MiB of each partition
+	t0 := time.Now().Add(-time.Hour)
+	var recs []*kgo.Record
+	for i := range n {
+		at := t0.Add(time.Duration(i) * time.Millisecond)
+		key := []byte(fmt.Sprint(i))
+		recs = append(recs, &kgo.Record{Topic: big, Key: key, Value: []byte(strings.Repeat("x", 2000)), Timestamp: at},
+			&kgo.Record{Topic: small, Key: key, Value: []byte("s"), Timestamp: at.Add(time.Microsecond)})
+	}
+	if err := f.client().ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	batchOf := map[string]int{} // topic/key → the batch that applied it
+	batches := 0
+	done := make(chan struct{})
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		defer close(done)
+		_ = projection.Run(runCtx, f.pool, projection.Config{
+			Group: "test-level", Topics: []string{big, small}, Kafka: kafkax.Config{Brokers: []string{f.brokers}, ClientID: "proj"},
+			MaxBatch: 500, FetchMaxWait: 250 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		}, func(_ context.Context, _ pgx.Tx, recs []*kgo.Record) error {
+			mu.Lock()
+			defer mu.Unlock()
+			batches++
+			for _, r := range recs {
+				batchOf[r.Topic+"/"+string(r.Key)] = batches
+			}
+			return nil
+		})
+	}()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		mu.Lock()
+		got := len(batchOf)
+		mu.Unlock()
+		if got == 2*n {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("applied %d of %d records", got, 2*n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel()
+	<-done
+	early := 0
+	for i := range n {
+		k := fmt.Sprint(i)
+		if batchOf[small+"/"+k] < batchOf[big+"/"+k] {
+			early++
+		}
+	}
+	if early > 0 {
+		t.Fatalf("%d of %d small records were applied in a batch before the large record that preceded them in time", early, n)
+	}
+}
