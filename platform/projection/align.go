@@ -23,9 +23,11 @@ import (
 //
 // aligner keeps a consumer's topics level in time. Of each poll it hands
 // out only the records no later than the newest record of every partition
-// still behind its end (the frontier), holds the rest, and pauses the
-// partitions it holds records of, so the ones behind are fetched alone
-// until they catch up. A partition's records are handed out in offset
+// still behind its end (the frontier), holds the rest, and pauses a
+// partition once it holds a poll's worth of its records, so the ones
+// behind are fetched alone until they catch up. (Pausing drops what the
+// client has buffered of the partition, to be fetched again: a partition
+// only a little ahead is not worth it.) A partition's records are handed out in offset
 // order: behind one held record, every later one of its partition is held
 // too (the projections skip offsets below the ones they were given). A
 // record is never held longer than maxHold, whatever the frontier says.
@@ -33,10 +35,17 @@ type aligner struct {
 	maxHold time.Duration
 	now     func() time.Time
 
-	mu        sync.Mutex // the rebalance callbacks forget partitions
-	parts     map[topicPartition]*partitionState
-	held      []*kgo.Record // in the order polled
-	heldSince time.Time     // when the oldest held record was polled
+	pauseAt int // held records that pause a partition: the poll size
+
+	mu    sync.Mutex // the rebalance callbacks forget partitions
+	parts map[topicPartition]*partitionState
+	held  []heldRecord // in the order polled
+}
+
+// heldRecord is a record held back, with when it was polled.
+type heldRecord struct {
+	rec   *kgo.Record
+	since time.Time
 }
 
 type topicPartition struct {
@@ -56,17 +65,22 @@ func newAligner(maxHold time.Duration) *aligner {
 	return &aligner{maxHold: maxHold, now: time.Now, parts: map[topicPartition]*partitionState{}}
 }
 
-// poll polls cl for up to n records and returns those the aligner lets
-// through now, having paused or resumed partitions for the next poll.
-// While it holds records the poll waits no longer than they may be held.
+// poll takes every fetch the client has buffered and returns the records
+// the aligner lets through now (more than a batch: the caller splits
+// them), having paused or resumed partitions for the next poll. It takes
+// whole fetches, not a batch's worth of records, so that every partition a
+// fetch answered for is seen at once: a partition not yet seen bounds
+// nothing. While it holds records the poll waits no longer than they may
+// be held. n, a batch, is what a partition may hold before it is paused.
 // Nil once ctx is done.
 func (a *aligner) poll(ctx context.Context, cl *kgo.Client, n int, group string, log *slog.Logger) []*kgo.Record {
 	pctx, cancel := ctx, context.CancelFunc(func() {})
 	if d, ok := a.holding(); ok {
 		pctx, cancel = context.WithTimeout(ctx, d)
 	}
-	fetches := cl.PollRecords(pctx, n)
+	fetches := cl.PollFetches(pctx)
 	cancel()
+	a.pauseAt = n
 	if ctx.Err() != nil {
 		return nil
 	}
@@ -82,9 +96,6 @@ func (a *aligner) take(fetches kgo.Fetches) []*kgo.Record {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	now := a.now()
-	if len(a.held) == 0 {
-		a.heldSince = now
-	}
 	fetches.EachPartition(func(p kgo.FetchTopicPartition) {
 		if len(p.Records) == 0 {
 			return
@@ -92,13 +103,15 @@ func (a *aligner) take(fetches kgo.Fetches) []*kgo.Record {
 		st := a.state(topicPartition{p.Topic, p.Partition})
 		last := p.Records[len(p.Records)-1]
 		st.newest, st.behind = last.Timestamp, last.Offset+1 < p.HighWatermark
-		a.held = append(a.held, p.Records...)
+		for _, r := range p.Records {
+			a.held = append(a.held, heldRecord{r, now})
+		}
 	})
 	frontier, bounded := a.frontier()
-	if !bounded || now.Sub(a.heldSince) >= a.maxHold {
+	if !bounded {
 		return a.releaseAll()
 	}
-	return a.release(frontier)
+	return a.release(frontier, now)
 }
 
 // frontier is the newest record time of the partitions behind their end
@@ -114,57 +127,96 @@ func (a *aligner) frontier() (time.Time, bool) {
 	return f, bounded
 }
 
-// release hands out the held records up to frontier, keeping each
-// partition's order, and holds the rest.
-func (a *aligner) release(frontier time.Time) []*kgo.Record {
+// release hands out the held records up to frontier and those held for
+// maxHold, keeping each partition's order, and holds the rest.
+func (a *aligner) release(frontier, now time.Time) []*kgo.Record {
 	out := make([]*kgo.Record, 0, len(a.held))
 	kept := a.held[:0]
 	for _, st := range a.parts {
 		st.held = 0
 	}
-	for _, r := range a.held {
-		st := a.parts[topicPartition{r.Topic, r.Partition}]
-		if st.held > 0 || r.Timestamp.After(frontier) {
+	for _, h := range a.held {
+		st := a.parts[topicPartition{h.rec.Topic, h.rec.Partition}]
+		if st.held > 0 || (h.rec.Timestamp.After(frontier) && now.Sub(h.since) < a.maxHold) {
 			st.held++
-			kept = append(kept, r)
+			kept = append(kept, h)
 			continue
 		}
-		out = append(out, r)
+		out = append(out, h.rec)
 	}
 	clear(a.held[len(kept):]) // no references past the kept records
 	a.held = kept
-	return out
+	return mergeByTime(out)
 }
 
 // releaseAll hands out every held record.
 func (a *aligner) releaseAll() []*kgo.Record {
-	out := a.held
-	a.held = nil
+	out := make([]*kgo.Record, len(a.held))
+	for i, h := range a.held {
+		out[i] = h.rec
+	}
+	a.held = a.held[:0]
 	for _, st := range a.parts {
 		st.held = 0
 	}
-	return out
+	return mergeByTime(out)
 }
 
-// holding reports how long the next poll may wait before the held records
-// are due (maxHold after the oldest was polled); false when none is held.
+// mergeByTime orders recs by time across partitions, each partition's
+// records staying in their order: the caller cuts the result into
+// batches, and a record must not land in a batch before one that came
+// earlier in time from another topic. A merge of the partitions' runs, not
+// a sort: a partition's timestamps need not rise with its offsets.
+func mergeByTime(recs []*kgo.Record) []*kgo.Record {
+	runs := map[topicPartition][]*kgo.Record{}
+	var order []topicPartition
+	for _, r := range recs {
+		tp := topicPartition{r.Topic, r.Partition}
+		if runs[tp] == nil {
+			order = append(order, tp)
+		}
+		runs[tp] = append(runs[tp], r)
+	}
+	if len(order) < 2 {
+		return recs
+	}
+	out := recs[:0]
+	for {
+		var next topicPartition
+		found := false
+		for _, tp := range order {
+			run := runs[tp]
+			if len(run) > 0 && (!found || run[0].Timestamp.Before(runs[next][0].Timestamp)) {
+				next, found = tp, true
+			}
+		}
+		if !found {
+			return out
+		}
+		out = append(out, runs[next][0])
+		runs[next] = runs[next][1:]
+	}
+}
+
+// holding reports how long the next poll may wait before the oldest held
+// record is due (maxHold after it was polled); false when none is held.
 func (a *aligner) holding() (time.Duration, bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if len(a.held) == 0 {
 		return 0, false
 	}
-	return max(a.maxHold-a.now().Sub(a.heldSince), 0), true
+	return max(a.maxHold-a.now().Sub(a.held[0].since), 0), true
 }
 
-// pace pauses the fetching of the partitions the aligner holds records of
-// and resumes the others it paused.
+// pace pauses the fetching of the partitions the aligner holds a poll's
+// worth of records of, and resumes those it paused once it holds none.
 func (a *aligner) pace(cl *kgo.Client) {
 	a.mu.Lock()
 	pause, resume := map[string][]int32{}, map[string][]int32{}
 	for tp, st := range a.parts {
 		switch {
-		case st.held > 0 && !st.paused:
+		case st.held >= max(a.pauseAt, 1) && !st.paused:
 			st.paused = true
 			pause[tp.topic] = append(pause[tp.topic], tp.partition)
 		case st.held == 0 && st.paused:
@@ -194,9 +246,9 @@ func (a *aligner) forget(cl *kgo.Client, ps map[string][]int32) {
 		}
 	}
 	kept := a.held[:0]
-	for _, r := range a.held {
-		if !gone[topicPartition{r.Topic, r.Partition}] {
-			kept = append(kept, r)
+	for _, h := range a.held {
+		if !gone[topicPartition{h.rec.Topic, h.rec.Partition}] {
+			kept = append(kept, h)
 		}
 	}
 	clear(a.held[len(kept):])

@@ -48,11 +48,12 @@ func fixedAligner(hold time.Duration) (*aligner, *time.Time) {
 	return a, &now
 }
 
-// Caught-up partitions impose nothing: every record goes out at once.
+// Caught-up partitions impose nothing: every record goes out at once,
+// ordered by time across partitions.
 func TestAlignerPassesCaughtUpPolls(t *testing.T) {
 	a, _ := fixedAligner(time.Second)
 	got := a.take(poll(part{"enq", 0, 2, []int{1, 5}}, part{"start", 0, 3, []int{2, 3, 9}}))
-	if names(got) != "enq@0 enq@1 start@0 start@1 start@2" {
+	if names(got) != "enq@0 start@0 start@1 enq@1 start@2" { // in time across partitions
 		t.Fatalf("got %s", names(got))
 	}
 	if _, ok := a.holding(); ok {
@@ -69,7 +70,7 @@ func TestAlignerHoldsWhatRanAheadOfATopicBehind(t *testing.T) {
 	// enq is behind (offsets 0-1 of 10) at second 2; start's second record
 	// (second 3) ran ahead of it, and its third (second 1) waits behind it.
 	got := a.take(poll(part{"enq", 0, 10, []int{1, 2}}, part{"start", 0, 3, []int{1, 3, 1}}))
-	if names(got) != "enq@0 enq@1 start@0" {
+	if names(got) != "enq@0 start@0 enq@1" {
 		t.Fatalf("first poll gave %s", names(got))
 	}
 	if st := a.parts[topicPartition{"start", 0}]; st.held != 2 {
@@ -79,7 +80,8 @@ func TestAlignerHoldsWhatRanAheadOfATopicBehind(t *testing.T) {
 		t.Fatalf("enq holds %d records, want 0", st.held)
 	}
 	// enq's next poll reaches second 4, still behind: start's held records
-	// (seconds 3 and 1) go out, in their order, after nothing of enq's.
+	// (seconds 3 and 1) go out in their partition's order, merged in time
+	// with enq's.
 	got = a.take(poll(part{"enq", 2, 10, []int{3, 4}}))
 	if names(got) != "start@1 start@2 enq@2 enq@3" {
 		t.Fatalf("second poll gave %s", names(got))

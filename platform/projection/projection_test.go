@@ -443,11 +443,11 @@ func TestTopicsReadLevelInTime(t *testing.T) {
 	const n = 3000 // 6 MB of large records: several fetches of at most 1 MiB of each partition
 	t0 := time.Now().Add(-time.Hour)
 	var recs []*kgo.Record
-	for i := range n {
-		at := t0.Add(time.Duration(i) * time.Millisecond)
+	for i := range n { // Kafka keeps milliseconds: a pair 2 ms apart, the small record 1 ms after the large
+		at := t0.Add(time.Duration(2*i) * time.Millisecond)
 		key := []byte(fmt.Sprint(i))
 		recs = append(recs, &kgo.Record{Topic: big, Key: key, Value: []byte(strings.Repeat("x", 2000)), Timestamp: at},
-			&kgo.Record{Topic: small, Key: key, Value: []byte("s"), Timestamp: at.Add(time.Microsecond)})
+			&kgo.Record{Topic: small, Key: key, Value: []byte("s"), Timestamp: at.Add(time.Millisecond)})
 	}
 	if err := f.client().ProduceSync(ctx, recs...).FirstErr(); err != nil {
 		t.Fatal(err)
