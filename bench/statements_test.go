@@ -18,3 +18,20 @@ func TestStatementKind(t *testing.T) {
 		}
 	}
 }
+
+// probeLine reports the bench's own statements of the window only, and
+// nothing when pg_stat_statements is not there or none ran.
+func TestProbeLine(t *testing.T) {
+	a := Counters{Stmts: map[string]int64{}, Own: probeCost{Calls: 10, Rows: 100, ExecMs: 5}}
+	b := Counters{Stmts: map[string]int64{}, Own: probeCost{Calls: 145, Rows: 1100, ExecMs: 65.5}}
+	want := "the bench's own statements in that window (in Postgres's CPU and rows above): 135, returning 1000 rows, 60.5 ms executing"
+	if got := probeLine(a, b); got != want {
+		t.Errorf("probeLine = %q, want %q", got, want)
+	}
+	if got := probeLine(a, a); got != "" {
+		t.Errorf("no statements in the window: %q", got)
+	}
+	if got := probeLine(Counters{}, b); got != "" {
+		t.Errorf("without pg_stat_statements: %q", got)
+	}
+}

@@ -21,21 +21,23 @@ import (
 // (docs/performance.md, Round 28). Nothing is wrong, only costly: the
 // merge rules take events in any order.
 //
-// aligner keeps a consumer's topics level in time. Of each poll it hands
+// aligner keeps a consumer's topics level in time. Of each fetch it hands
 // out only the records no later than the newest record of every partition
-// still behind its end (the frontier), holds the rest, and pauses a
-// partition once it holds a poll's worth of its records, so the ones
-// behind are fetched alone until they catch up. (Pausing drops what the
-// client has buffered of the partition, to be fetched again: a partition
-// only a little ahead is not worth it.) A partition's records are handed out in offset
-// order: behind one held record, every later one of its partition is held
-// too (the projections skip offsets below the ones they were given). A
-// record is never held longer than maxHold, whatever the frontier says.
+// still behind its end (the frontier), merged in time across partitions,
+// and holds the rest; a partition holding a batch's worth is paused, so the
+// ones behind are fetched alone until they catch up (pausing drops what
+// the client buffered of it, to be fetched again: not worth it for a
+// partition only a little ahead). The merge also puts a job's start and
+// its outcome, two topics, in one batch more often: one row write, not
+// two. A partition's records keep their offset order: behind one held
+// record every later one of its partition is held too (the projections
+// skip offsets below the ones they were given). No record is held longer
+// than maxHold after it was polled, whatever the frontier says.
 type aligner struct {
 	maxHold time.Duration
 	now     func() time.Time
 
-	pauseAt int // held records that pause a partition: the poll size
+	pauseAt int // held records that pause a partition: a batch
 
 	mu    sync.Mutex // the rebalance callbacks forget partitions
 	parts map[topicPartition]*partitionState
@@ -90,8 +92,8 @@ func (a *aligner) poll(ctx context.Context, cl *kgo.Client, n int, group string,
 	return recs
 }
 
-// take adds a poll's records and returns those to apply now, in the order
-// they were polled (held ones from earlier polls first).
+// take adds a poll's records and returns those to apply now, merged in
+// time across partitions (mergeByTime).
 func (a *aligner) take(fetches kgo.Fetches) []*kgo.Record {
 	a.mu.Lock()
 	defer a.mu.Unlock()
