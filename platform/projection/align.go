@@ -211,8 +211,9 @@ func (a *aligner) holding() (time.Duration, bool) {
 	return max(a.maxHold-a.now().Sub(a.held[0].since), 0), true
 }
 
-// pace pauses the fetching of the partitions the aligner holds a poll's
-// worth of records of, and resumes those it paused once it holds none.
+// pace pauses the fetching of the partitions the aligner holds a batch's
+// worth of records of (pauseAt), and resumes those it paused once it holds
+// none.
 func (a *aligner) pace(cl *kgo.Client) {
 	a.mu.Lock()
 	pause, resume := map[string][]int32{}, map[string][]int32{}
