@@ -66,7 +66,7 @@ func fastEncode(data Data) ([]byte, bool) {
 // MarshalSpec encodes a job's spec as json.Marshal does, through the hand
 // encoder of the enqueued record's spec. The scheduler stores each job's
 // spec in Redis as JSON, and encoding/json's reflection was ~1 % of
-// ferry's CPU at full load there (docs/performance.md, Round 28).
+// ferry's CPU at full load there (docs/performance-history.md, Round 28).
 func MarshalSpec(spec *JobSpec) ([]byte, error) {
 	var e encoder
 	b := e.jobSpec(nil, spec)

@@ -9,7 +9,7 @@
 // work is a job's latency. A runtime trace of 1,000 jobs due at one
 // instant showed the runners waiting for a processor 9 ms at p90 and 19 at
 // p99, behind single runs of 10–19 ms of the sse-bridge's and the
-// projections' loops (docs/performance.md, Round 27).
+// projections' loops (docs/performance-history.md, Round 27).
 //
 // Only those loops call Step: a loop on a job's path (the scheduler's
 // apply, a runner) that yielded would wait behind the background work it

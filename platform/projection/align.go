@@ -18,7 +18,7 @@ import (
 // before its enqueued event: it creates the row from the start and
 // rewrites it whole when the enqueued event arrives, a second update that
 // moves the row's indexed columns (not HOT), for most of a backlog's jobs
-// (docs/performance.md, Round 28). Nothing is wrong, only costly: the
+// (docs/performance-history.md, Round 28). Nothing is wrong, only costly: the
 // merge rules take events in any order.
 //
 // aligner keeps a consumer's topics level in time. Of each fetch it hands
@@ -63,9 +63,15 @@ type partitionState struct {
 	paused bool      // the aligner paused its fetching
 }
 
-func newAligner(maxHold time.Duration) *aligner {
-	return &aligner{maxHold: maxHold, now: time.Now, parts: map[topicPartition]*partitionState{}}
+// newAligner holds a record at most maxHold and pauses a partition once it
+// holds pauseAt of its records (the consumer's batch).
+func newAligner(maxHold time.Duration, pauseAt int) *aligner {
+	return &aligner{maxHold: maxHold, pauseAt: max(pauseAt, 1), now: time.Now, parts: map[topicPartition]*partitionState{}}
 }
+
+// alignHold is how long an aligner may hold a record back: twice a
+// fetch's wait, so a partition behind gets two fetches to catch up.
+func alignHold(fetchMaxWait time.Duration) time.Duration { return 2 * fetchMaxWait }
 
 // poll takes every fetch the client has buffered and returns the records
 // the aligner lets through now (more than a batch: the caller splits
@@ -73,16 +79,14 @@ func newAligner(maxHold time.Duration) *aligner {
 // whole fetches, not a batch's worth of records, so that every partition a
 // fetch answered for is seen at once: a partition not yet seen bounds
 // nothing. While it holds records the poll waits no longer than they may
-// be held. n, a batch, is what a partition may hold before it is paused.
-// Nil once ctx is done.
-func (a *aligner) poll(ctx context.Context, cl *kgo.Client, n int, group string, log *slog.Logger) []*kgo.Record {
+// be held. Nil once ctx is done.
+func (a *aligner) poll(ctx context.Context, cl *kgo.Client, group string, log *slog.Logger) []*kgo.Record {
 	pctx, cancel := ctx, context.CancelFunc(func() {})
 	if d, ok := a.holding(); ok {
 		pctx, cancel = context.WithTimeout(ctx, d)
 	}
 	fetches := cl.PollFetches(pctx)
 	cancel()
-	a.pauseAt = n
 	if ctx.Err() != nil {
 		return nil
 	}
@@ -219,7 +223,7 @@ func (a *aligner) pace(cl *kgo.Client) {
 	pause, resume := map[string][]int32{}, map[string][]int32{}
 	for tp, st := range a.parts {
 		switch {
-		case st.held >= max(a.pauseAt, 1) && !st.paused:
+		case st.held >= a.pauseAt && !st.paused:
 			st.paused = true
 			pause[tp.topic] = append(pause[tp.topic], tp.partition)
 		case st.held == 0 && st.paused:

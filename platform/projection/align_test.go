@@ -42,7 +42,7 @@ func names(recs []*kgo.Record) string {
 }
 
 func fixedAligner(hold time.Duration) (*aligner, *time.Time) {
-	a := newAligner(hold)
+	a := newAligner(hold, 1)
 	now := alignT0
 	a.now = func() time.Time { return now }
 	return a, &now

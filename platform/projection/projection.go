@@ -94,7 +94,7 @@ func Run(ctx context.Context, pool *pgxpool.Pool, cfg Config, apply ApplyFunc) e
 			return storedOffsets(ctx, pool, cfg.Group, assigned)
 		}),
 	)
-	al := newAligner(alignHold(maxWait))
+	al := newAligner(alignHold(maxWait), cfg.MaxBatch)
 	opts = append(opts, rebalanceLogs(cfg.Group, log, al.forget)...)
 	cl, err := kafkax.NewClient(cfg.Kafka, opts...)
 	if err != nil {
@@ -108,7 +108,7 @@ func Run(ctx context.Context, pool *pgxpool.Pool, cfg Config, apply ApplyFunc) e
 	settler := newSettler(pool, cfg.Group, apply, log)
 	tr := newTracer(cfg.Group)
 	for {
-		recs := al.poll(ctx, cl, cfg.MaxBatch, cfg.Group, log)
+		recs := al.poll(ctx, cl, cfg.Group, log)
 		if ctx.Err() != nil {
 			cl.AllowRebalance()
 			return nil
@@ -127,10 +127,6 @@ func Run(ctx context.Context, pool *pgxpool.Pool, cfg Config, apply ApplyFunc) e
 		cl.AllowRebalance()
 	}
 }
-
-// alignHold is how long an aligner may hold a record back (aligner):
-// twice a fetch's wait, so a partition behind gets two fetches to catch up.
-func alignHold(fetchMaxWait time.Duration) time.Duration { return 2 * fetchMaxWait }
 
 // logFetchErrors logs the fetch errors of a poll but its context's end
 // (cancellation, or the deadline of a poll that waited for held records).

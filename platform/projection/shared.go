@@ -136,7 +136,11 @@ func (s *Shared) Run(ctx context.Context) (err error) {
 		return nil
 	}
 	_, maxWait := fetchDefaults(s.cfg.FetchMinBytes, s.cfg.FetchMaxWait)
-	r := &reader{pool: s.pool, cfg: s.cfg, members: members, align: newAligner(alignHold(maxWait))}
+	largest := 0 // the largest batch of a member: what a partition may hold before it is paused
+	for _, m := range members {
+		largest = max(largest, m.cfg.MaxBatch)
+	}
+	r := &reader{pool: s.pool, cfg: s.cfg, members: members, align: newAligner(alignHold(maxWait), largest)}
 	return r.run(ctx)
 }
 
@@ -217,12 +221,8 @@ func (r *reader) run(ctx context.Context) error {
 		bg.Go(func() { r.project(bgCtx, m) })
 	}
 	defer func() { stopBg(); bg.Wait() }()
-	maxPoll := 0
-	for _, m := range r.members {
-		maxPoll = max(maxPoll, m.cfg.MaxBatch)
-	}
 	for {
-		recs := r.align.poll(ctx, cl, maxPoll, r.cfg.Group, r.cfg.Logger)
+		recs := r.align.poll(ctx, cl, r.cfg.Group, r.cfg.Logger)
 		if ctx.Err() != nil {
 			cl.AllowRebalance()
 			return nil

@@ -179,7 +179,7 @@ func (s *Service) stepRecords(pool string, res qstore.DispatchResult) ([]*kgo.Re
 			CreatedAt:  t.CreatedAt,
 			ReadyAt:    t.ReadyAt,
 			LeaseUntil: t.LeaseUntil.UTC(),
-			NotBefore:  notBefore(*t),
+			NotBefore:  notBefore(t),
 		})
 		if err != nil {
 			s.log.Error("encode dispatch", "job_id", t.JobID, "err", err)
@@ -214,7 +214,7 @@ type recordOwners map[*kgo.Record]*qstore.Template
 // job's run_at; the job's ready time (t.ReadyAt, its exact run_at when it
 // was delayed) within that millisecond is the due time the worker waits
 // for, so a held job starts at its run_at, not up to 1 ms after it.
-func notBefore(t qstore.Template) *time.Time {
+func notBefore(t *qstore.Template) *time.Time {
 	if t.NotBefore.IsZero() {
 		return nil
 	}

@@ -26,12 +26,12 @@ func TestNotBeforeIsTheExactDueTime(t *testing.T) {
 		{"no ready time", time.Time{}, due},
 	}
 	for _, c := range cases {
-		got := notBefore(qstore.Template{NotBefore: due.In(time.FixedZone("x", 3600)), ReadyAt: c.ready})
+		got := notBefore(&qstore.Template{NotBefore: due.In(time.FixedZone("x", 3600)), ReadyAt: c.ready})
 		if got == nil || !got.Equal(c.want) || got.Location() != time.UTC {
 			t.Errorf("%s: not_before %v, want %v in UTC", c.name, got, c.want)
 		}
 	}
-	if got := notBefore(qstore.Template{ReadyAt: due}); got != nil {
+	if got := notBefore(&qstore.Template{ReadyAt: due}); got != nil {
 		t.Errorf("a job due now got not_before %v, want none", got)
 	}
 }

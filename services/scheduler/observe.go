@@ -42,8 +42,9 @@ const gaugeMaxInflight = 20000
 // names come from clients, so they are bounded (telemetry.LabelValues).
 var counterQueues = telemetry.NewLabelValues(telemetry.MaxLabelValues)
 
-// queueOf is the queue label of t's job.
-func queueOf(t qstore.Template) string { return counterQueues.Value(jobs.QueueOf(t.Job)) }
+// queueOf is the queue label of t's job (by pointer: a template, with its
+// job's spec, is large to copy once per dispatched job).
+func queueOf(t *qstore.Template) string { return counterQueues.Value(jobs.QueueOf(t.Job)) }
 
 type jobKey struct{ pool, queue, tenant string }
 type classKey struct {
@@ -113,7 +114,7 @@ func (s *Service) observeDispatch(ctx context.Context, pool string, res qstore.D
 			s.countDeadLetter(ctx, *t, schema.ClassExpired)
 			continue
 		}
-		m.dispatches.Add(ctx, 1, m.byJob.Get(jobKey{pool, queueOf(*t), t.TenantID}))
+		m.dispatches.Add(ctx, 1, m.byJob.Get(jobKey{pool, queueOf(t), t.TenantID}))
 		if t.TraceParent != "" {
 			r.Context = telemetry.ContextWithTraceParent(ctx, t.TraceParent)
 		}
@@ -129,7 +130,7 @@ func countCompleted(ctx context.Context, tenant string) {
 // countRetry counts and logs a retry decision.
 func (s *Service) countRetry(t qstore.Template, class schema.ErrorClass, delay time.Duration) {
 	m := metrics()
-	m.retries.Add(context.Background(), 1, m.byClass.Get(classKey{queueOf(t), t.TenantID, class}))
+	m.retries.Add(context.Background(), 1, m.byClass.Get(classKey{queueOf(&t), t.TenantID, class}))
 	s.log.Info("retry scheduled", append(telemetry.JobAttrs(schema.JobRef{JobID: t.JobID, TenantID: t.TenantID, Attempt: t.Attempt}, nil),
 		"class", class, "delay", delay.String())...)
 }
@@ -137,7 +138,7 @@ func (s *Service) countRetry(t qstore.Template, class schema.ErrorClass, delay t
 // countDeadLetter counts and logs a dead-letter decision.
 func (s *Service) countDeadLetter(ctx context.Context, t qstore.Template, class schema.ErrorClass) {
 	m := metrics()
-	m.deadLetters.Add(ctx, 1, m.byClass.Get(classKey{queueOf(t), t.TenantID, class}))
+	m.deadLetters.Add(ctx, 1, m.byClass.Get(classKey{queueOf(&t), t.TenantID, class}))
 	s.log.Info("job dead-lettered", append(telemetry.JobAttrs(schema.JobRef{JobID: t.JobID, TenantID: t.TenantID, Attempt: t.Attempt}, ctx),
 		"class", class)...)
 }

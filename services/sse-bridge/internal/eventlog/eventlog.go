@@ -91,7 +91,7 @@ func (l *Log) Append(recs []*kgo.Record) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := l.cfg.Now()
-	out := make([]*hub.Event, 0, len(evs)) // what the batch logs: at most its events, and most are
+	out := make([]*hub.Event, 0, len(evs)) // what the batch logs: about its events (a release of held ones may add some)
 	for _, e := range evs {
 		// A yield here holds the lock meanwhile: a stream reading the log
 		// waits for it, a job's start does not.
